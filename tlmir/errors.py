@@ -1,0 +1,33 @@
+"""Errors a user can cause. Every one names the stage / axis / tensor / file involved."""
+
+
+class TlmirError(Exception):
+    """Base of every error tlmir raises on bad input."""
+
+
+class ShapeError(TlmirError):
+    """A tensor is indexed or defined with the wrong rank or extent."""
+
+
+class DefinitionError(TlmirError):
+    """An operator definition (te.compute body, reduction) is malformed."""
+
+
+class ScheduleError(TlmirError):
+    """A schedule primitive was applied to something it cannot act on."""
+
+
+class LowerError(TlmirError):
+    """A schedule cannot be lowered to a loop program (e.g. a bad attach point)."""
+
+
+class BuildError(TlmirError):
+    """Code generation or compilation failed."""
+
+
+class ArgumentError(TlmirError):
+    """A compiled kernel was called with arrays of the wrong dtype, shape or layout."""
+
+
+class MeasureError(TlmirError):
+    """A candidate crashed, hung or produced a wrong result during measurement."""

@@ -1,0 +1,1 @@
+"""Tensor expressions, operations, and the loop IR."""

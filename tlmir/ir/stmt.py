@@ -1,0 +1,148 @@
+"""The loop IR: what lowering produces and every backend consumes.
+
+Storage scopes (global / shared / local) and thread bindings are part of the IR from
+the start so a GPU backend reads the same programs as the CPU one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Sequence
+
+from .expr import Expr, Var
+
+SCOPES = ("global", "shared", "local")
+LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled", "thread_binding")
+THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y",
+               "threadIdx.z", "vthread")
+
+
+class Buffer:
+    """A dense row-major array. Identity distinguishes buffers; `name` is for printing."""
+
+    def __init__(self, name: str, shape: Sequence[int], dtype: str, scope: str = "global"):
+        self.name, self.shape, self.dtype, self.scope = name, tuple(int(s) for s in shape), dtype, scope
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    def __repr__(self) -> str:
+        return f"Buffer({self.name}, {self.shape}, {self.dtype}, {self.scope})"
+
+
+class Stmt:
+    def children(self) -> tuple["Stmt", ...]:
+        return ()
+
+    def __str__(self) -> str:
+        from .printer import stmt_str
+        return stmt_str(self)
+
+
+@dataclass(eq=False)
+class For(Stmt):
+    var: Var
+    min: Expr
+    extent: Expr
+    kind: str
+    body: Stmt
+    thread_tag: str | None = None
+
+    def children(self):
+        return (self.body,)
+
+
+@dataclass(eq=False)
+class Store(Stmt):
+    buffer: Buffer
+    index: Expr
+    value: Expr
+
+
+@dataclass(eq=False)
+class Allocate(Stmt):
+    buffer: Buffer
+    body: Stmt
+
+    def children(self):
+        return (self.body,)
+
+
+@dataclass(eq=False)
+class IfThenElse(Stmt):
+    cond: Expr
+    then: Stmt
+    orelse: Stmt | None = None
+
+    def children(self):
+        return (self.then,) if self.orelse is None else (self.then, self.orelse)
+
+
+@dataclass(eq=False)
+class Seq(Stmt):
+    stmts: list = field(default_factory=list)
+
+    def children(self):
+        return tuple(self.stmts)
+
+
+@dataclass(eq=False)
+class Barrier(Stmt):
+    """Synchronise the threads of a block (GPU shared memory)."""
+    scope: str = "shared"
+
+
+def seq(*stmts: Stmt | None) -> Stmt:
+    """A Seq with nested Seqs flattened and Nones dropped; a single statement stays itself."""
+    out: list[Stmt] = []
+    for s in stmts:
+        if s is None:
+            continue
+        out.extend(s.stmts if isinstance(s, Seq) else [s])
+    return out[0] if len(out) == 1 else Seq(out)
+
+
+def walk_stmt(s: Stmt) -> Iterator[Stmt]:
+    yield s
+    for c in s.children():
+        yield from walk_stmt(c)
+
+
+def map_stmt(s: Stmt, fn: Callable[[Stmt], Stmt | None]) -> Stmt:
+    """Rebuild bottom-up; `fn` returns a replacement or None to keep the node."""
+    if isinstance(s, For):
+        s = For(s.var, s.min, s.extent, s.kind, map_stmt(s.body, fn), s.thread_tag)
+    elif isinstance(s, Allocate):
+        s = Allocate(s.buffer, map_stmt(s.body, fn))
+    elif isinstance(s, IfThenElse):
+        s = IfThenElse(s.cond, map_stmt(s.then, fn), None if s.orelse is None else map_stmt(s.orelse, fn))
+    elif isinstance(s, Seq):
+        s = seq(*[map_stmt(c, fn) for c in s.stmts])
+    out = fn(s)
+    return s if out is None else out
+
+
+def stmt_exprs(s: Stmt) -> tuple[Expr, ...]:
+    """The expressions held directly by one statement (not its children)."""
+    if isinstance(s, For):
+        return (s.min, s.extent)
+    if isinstance(s, Store):
+        return (s.index, s.value)
+    if isinstance(s, IfThenElse):
+        return (s.cond,)
+    return ()
+
+
+@dataclass(eq=False)
+class PrimFunc:
+    """A lowered kernel: argument buffers (inputs then outputs) and a body."""
+    name: str
+    args: list
+    body: Stmt
+
+    def __str__(self) -> str:
+        from .printer import func_str
+        return func_str(self)
