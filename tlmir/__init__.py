@@ -1,3 +1,5 @@
 """tlmir: a pure-Python tensor compiler whose schedules are chosen by a tensor language model."""
-from .errors import TlmirError  # noqa: F401
 from . import te  # noqa: F401
+from .build import build  # noqa: F401
+from .errors import TlmirError  # noqa: F401
+from .schedule import Schedule, create_schedule, lower  # noqa: F401

@@ -1,0 +1,88 @@
+"""Small IR queries the CPU code generator needs: affine strides, lane dependence, captures.
+
+They are written here (not taken from a simplifier) so codegen decisions only depend on the
+shape of the expressions it is handed.
+"""
+from __future__ import annotations
+
+from ..ir import expr as E
+from ..ir import stmt as S
+
+
+def depends(e: E.Expr, var: E.Var) -> bool:
+    """Does `e` mention `var` (directly or inside a load index)?"""
+    return any(n is var for n in E.walk(e))
+
+
+def stride(e: E.Expr, var: E.Var) -> int | None:
+    """The constant step of integer expression `e` per unit step of `var`, or None when `e`
+    is not affine in `var` with a constant coefficient. 0 means `e` does not vary with `var`."""
+    if e is var:
+        return 1
+    if isinstance(e, (E.Const, E.Var)):
+        return 0
+    if isinstance(e, (E.Add, E.Sub, E.Mul)):
+        sa, sb = stride(e.a, var), stride(e.b, var)
+        if sa is None or sb is None:
+            return None
+        if isinstance(e, E.Add):
+            return sa + sb
+        if isinstance(e, E.Sub):
+            return sa - sb
+        if sa == 0 and sb == 0:
+            return 0
+        for c, s in ((e.b, sa), (e.a, sb)):
+            if isinstance(c, E.Const) and type(c.value) is int:
+                return s * c.value
+        return None
+    if isinstance(e, E.Cast) and e.dtype in E.INT_DTYPES and e.value.dtype in E.INT_DTYPES:
+        return stride(e.value, var)
+    return None if depends(e, var) else 0
+
+
+def risky(e: E.Expr) -> bool:
+    """Could evaluating `e` fault when its enclosing condition is false (a load out of
+    bounds, an integer division by zero)? Such subtrees are emitted under a guard."""
+    for n in E.walk(e):
+        if isinstance(n, E.Load):
+            return True
+        if (isinstance(n, (E.FloorDiv, E.FloorMod, E.Div)) and not E.is_float(n.dtype)
+                and not isinstance(n.b, E.Const)):
+            return True
+    return False
+
+
+def can_vectorize(body: S.Stmt, var: E.Var) -> bool:
+    """Can `body` run with `var` as an explicit SIMD vector? Nested loops and allocations
+    have no vector form here, a lane-dependent `if` would need predicated stores, and a
+    lane-varying value stored to one address would change what the serial loop leaves."""
+    for s in S.walk_stmt(body):
+        if isinstance(s, (S.For, S.Allocate, S.Barrier)):
+            return False
+        if isinstance(s, S.IfThenElse) and depends(s.cond, var):
+            return False
+        if isinstance(s, S.Store) and stride(s.index, var) == 0 and depends(s.value, var):
+            return False
+    return True
+
+
+def captures(s: S.Stmt, vars_: dict, bufs: dict) -> tuple[list[E.Var], list[S.Buffer]]:
+    """The variables and buffers defined outside `s` (keys of `vars_` / `bufs`) that `s`
+    uses, in first-use order: what an outlined parallel body must be handed."""
+    seen_v: dict[int, E.Var] = {}
+    seen_b: dict[int, S.Buffer] = {}
+    for st in S.walk_stmt(s):
+        if isinstance(st, S.Store) and st.buffer in bufs:
+            seen_b.setdefault(id(st.buffer), st.buffer)
+        for root in S.stmt_exprs(st):
+            for n in E.walk(root):
+                if isinstance(n, E.Var) and n in vars_:
+                    seen_v.setdefault(id(n), n)
+                elif isinstance(n, E.Load) and n.buffer in bufs:
+                    seen_b.setdefault(id(n.buffer), n.buffer)
+    return list(seen_v.values()), list(seen_b.values())
+
+
+def stored_buffers(func: S.PrimFunc) -> set[int]:
+    """ids of the buffers `func` writes: its outputs, which must be writeable arrays."""
+    return {id(s.buffer) for s in S.walk_stmt(func.body) if isinstance(s, S.Store)}

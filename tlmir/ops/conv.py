@@ -1,0 +1,183 @@
+"""2-D convolutions: NCHW (grouped, strided, dilated, padded), NHWC (HWIO weight),
+depthwise NCHW, and conv + bias + ReLU. Padding is its own `pad` stage (zero outside)."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import te
+from ..errors import DefinitionError
+from ..ir.tensor import Tensor
+from .base import OpDef, count_flops, out_size, pair, pos_int
+
+
+def pad_nchw(X: Tensor, ph: int, pw: int, value: float = 0.0, name: str = "pad") -> Tensor:
+    """X padded by ph rows / pw columns on each side of its last two axes (if any)."""
+    if ph == 0 and pw == 0:
+        return X
+    N, C, H, W = X.shape
+    return te.compute(
+        (N, C, H + 2 * ph, W + 2 * pw),
+        lambda n, c, h, w: te.if_then_else(
+            te.all(h >= ph, h < H + ph, w >= pw, w < W + pw), X[n, c, h - ph, w - pw], value),
+        name=name)
+
+
+def pad_nhwc(X: Tensor, ph: int, pw: int, name: str = "pad") -> Tensor:
+    if ph == 0 and pw == 0:
+        return X
+    N, H, W, C = X.shape
+    return te.compute(
+        (N, H + 2 * ph, W + 2 * pw, C),
+        lambda n, h, w, c: te.if_then_else(
+            te.all(h >= ph, h < H + ph, w >= pw, w < W + pw), X[n, h - ph, w - pw, c], 0.0),
+        name=name)
+
+
+def win(p, stride: int, r, dil: int):
+    """Input coordinate p*stride + r*dil of a sliding window (unit factors left out)."""
+    return (p if stride == 1 else p * stride) + (r if dil == 1 else r * dil)
+
+
+def _np_pad(x: np.ndarray, ph: int, pw: int, axes=(2, 3), value: float = 0.0) -> np.ndarray:
+    widths = [(0, 0)] * x.ndim
+    widths[axes[0]], widths[axes[1]] = (ph, ph), (pw, pw)
+    return np.pad(x, widths, constant_values=value)
+
+
+def conv_ref_nchw(x, w, stride, padding, dilation, groups) -> np.ndarray:
+    """float64 grouped conv2d (torch.nn.functional.conv2d semantics), weight K x C/g x R x S."""
+    x = _np_pad(x.astype(np.float64), *padding)
+    w = w.astype(np.float64)
+    N, C, H, W = x.shape
+    K, Cg, R, S = w.shape
+    (sh, sw), (dh, dw) = stride, dilation
+    P = (H - dh * (R - 1) - 1) // sh + 1
+    Q = (W - dw * (S - 1) - 1) // sw + 1
+    Kg = K // groups
+    out = np.zeros((N, K, P, Q))
+    for g in range(groups):
+        xg = x[:, g * Cg:(g + 1) * Cg]
+        wg = w[g * Kg:(g + 1) * Kg]
+        for r in range(R):
+            for s in range(S):
+                win = xg[:, :, r * dh: r * dh + sh * (P - 1) + 1: sh,
+                         s * dw: s * dw + sw * (Q - 1) + 1: sw]          # N x Cg x P x Q
+                out[:, g * Kg:(g + 1) * Kg] += np.einsum("ncpq,kc->nkpq", win, wg[:, :, r, s])
+    return out
+
+
+def _conv_params(op, N, C, H, W, K, R, S, stride, padding, dilation, groups):
+    N, C, H, W, K, R, S = (pos_int(op, n, v) for n, v in
+                           zip("NCHWKRS", (N, C, H, W, K, R, S)))
+    st, pd, dl = pair(op, "stride", stride), pair(op, "padding", padding, True), \
+        pair(op, "dilation", dilation)
+    groups = pos_int(op, "groups", groups)
+    if C % groups or K % groups:
+        raise DefinitionError(f"{op}: groups={groups} must divide C={C} and K={K}")
+    P = out_size(op, "H", H, R, st[0], pd[0], dl[0])
+    Q = out_size(op, "W", W, S, st[1], pd[1], dl[1])
+    params = dict(N=N, C=C, H=H, W=W, K=K, R=R, S=S, stride=stride, padding=padding,
+                  dilation=dilation, groups=groups)
+    return (N, C, H, W, K, R, S, st, pd, dl, groups, P, Q), params
+
+
+def _conv_nchw_stages(op, N, C, H, W, K, R, S, stride, padding, dilation, groups, name):
+    (N, C, H, W, K, R, S, st, pd, dl, groups, P, Q), params = _conv_params(
+        op, N, C, H, W, K, R, S, stride, padding, dilation, groups)
+    Cg, Kg = C // groups, K // groups
+    X = te.placeholder((N, C, H, W), name="X")
+    Wt = te.placeholder((K, Cg, R, S), name="W")
+    Xp = pad_nchw(X, *pd)
+    rc, rr, rs = te.reduce_axis(Cg, "rc"), te.reduce_axis(R, "rr"), te.reduce_axis(S, "rs")
+    if groups == 1:
+        def body(n, k, p, q):
+            return te.sum(Xp[n, rc, win(p, st[0], rr, dl[0]), win(q, st[1], rs, dl[1])]
+                          * Wt[k, rc, rr, rs], axis=[rc, rr, rs])
+    else:
+        def body(n, k, p, q):
+            return te.sum(Xp[n, k // Kg * Cg + rc, win(p, st[0], rr, dl[0]), win(q, st[1], rs, dl[1])]
+                          * Wt[k, rc, rr, rs], axis=[rc, rr, rs])
+    out = te.compute((N, K, P, Q), body, name=name)
+    return X, Wt, out, (st, pd, dl, groups), params
+
+
+def conv2d_nchw(N: int, C: int, H: int, W: int, K: int, R: int, S: int, stride=1, padding=0,
+                dilation=1, groups: int = 1) -> OpDef:
+    """out[n,k,p,q] = sum_{c,r,s} pad(X)[n, g(k)*C/g + c, p*sh + r*dh, q*sw + s*dw] * W[k,c,r,s].
+
+    X: N x C x H x W, W: K x C/groups x R x S (torch layout); stride/padding/dilation are an
+    int or an (h, w) pair. Stages: `pad` (only if padding > 0), `conv`."""
+    X, Wt, out, (st, pd, dl, g), params = _conv_nchw_stages(
+        "conv2d_nchw", N, C, H, W, K, R, S, stride, padding, dilation, groups, "conv")
+
+    def ref(x, w):
+        return [conv_ref_nchw(x, w, st, pd, dl, g)]
+    return OpDef("conv2d_nchw", [X, Wt], [out], ref, count_flops([out]), params)
+
+
+def conv2d_bias_relu(N: int, C: int, H: int, W: int, K: int, R: int, S: int, stride=1,
+                     padding=0, dilation=1, groups: int = 1) -> OpDef:
+    """relu(conv2d_nchw(X, W) + b[k]); stages `pad`, `conv`, `bias`, `relu`."""
+    X, Wt, conv, (st, pd, dl, g), params = _conv_nchw_stages(
+        "conv2d_bias_relu", N, C, H, W, K, R, S, stride, padding, dilation, groups, "conv")
+    b = te.placeholder((params["K"],), name="b")
+    biased = te.compute(conv.shape, lambda n, k, p, q: conv[n, k, p, q] + b[k], name="bias")
+    out = te.compute(conv.shape, lambda n, k, p, q: te.max(biased[n, k, p, q], 0.0), name="relu")
+
+    def ref(x, w, bb):
+        r = conv_ref_nchw(x, w, st, pd, dl, g) + bb.astype(np.float64)[None, :, None, None]
+        return [np.maximum(r, 0.0)]
+    return OpDef("conv2d_bias_relu", [X, Wt, b], [out], ref, count_flops([out]), params)
+
+
+def conv2d_nhwc(N: int, C: int, H: int, W: int, K: int, R: int, S: int, stride=1, padding=0,
+                dilation=1, groups: int = 1) -> OpDef:
+    """NHWC conv: X: N x H x W x C, weight HWIO: R x S x C/groups x K, out: N x P x Q x K.
+
+    Same arithmetic as conv2d_nchw (torch equivalent: permute X to NCHW and the weight to
+    K x C/g x R x S). Stages: `pad` (if padding > 0), `conv`."""
+    (N, C, H, W, K, R, S, st, pd, dl, groups, P, Q), params = _conv_params(
+        "conv2d_nhwc", N, C, H, W, K, R, S, stride, padding, dilation, groups)
+    Cg, Kg = C // groups, K // groups
+    X = te.placeholder((N, H, W, C), name="X")
+    Wt = te.placeholder((R, S, Cg, K), name="W")
+    Xp = pad_nhwc(X, *pd)
+    rr, rs, rc = te.reduce_axis(R, "rr"), te.reduce_axis(S, "rs"), te.reduce_axis(Cg, "rc")
+
+    def body(n, p, q, k):
+        c = rc if groups == 1 else k // Kg * Cg + rc
+        return te.sum(Xp[n, win(p, st[0], rr, dl[0]), win(q, st[1], rs, dl[1]), c]
+                      * Wt[rr, rs, rc, k], axis=[rr, rs, rc])
+    out = te.compute((N, P, Q, K), body, name="conv")
+
+    def ref(x, w):
+        y = conv_ref_nchw(x.transpose(0, 3, 1, 2), w.transpose(3, 2, 0, 1), st, pd, dl, groups)
+        return [y.transpose(0, 2, 3, 1)]
+    return OpDef("conv2d_nhwc", [X, Wt], [out], ref, count_flops([out]), params)
+
+
+def depthwise_conv2d_nchw(N: int, C: int, H: int, W: int, R: int, S: int, stride=1,
+                          padding=0, dilation=1, multiplier: int = 1) -> OpDef:
+    """out[n, c, p, q] = sum_{r,s} pad(X)[n, c // m, ...] * W[c // m, c % m, r, s].
+
+    X: N x C x H x W, W: C x multiplier x R x S (topi layout), out: N x C*m x P x Q.
+    torch equivalent: conv2d(X, W.reshape(C*m, 1, R, S), groups=C). Stages `pad`, `conv`."""
+    op = "depthwise_conv2d_nchw"
+    m = pos_int(op, "multiplier", multiplier)
+    (N, C, H, W, _, R, S, st, pd, dl, _, P, Q), params = _conv_params(
+        op, N, C, H, W, C * m, R, S, stride, padding, dilation, 1)
+    params = {k: v for k, v in params.items() if k not in ("K", "groups")}
+    params["multiplier"] = m
+    X = te.placeholder((N, C, H, W), name="X")
+    Wt = te.placeholder((C, m, R, S), name="W")
+    Xp = pad_nchw(X, *pd)
+    rr, rs = te.reduce_axis(R, "rr"), te.reduce_axis(S, "rs")
+    out = te.compute(
+        (N, C * m, P, Q),
+        lambda n, c, p, q: te.sum(Xp[n, c // m, win(p, st[0], rr, dl[0]), win(q, st[1], rs, dl[1])]
+                                  * Wt[c // m, c % m, rr, rs], axis=[rr, rs]),
+        name="conv")
+
+    def ref(x, w):
+        return [conv_ref_nchw(x, w.reshape(C * m, 1, R, S), st, pd, dl, C)]
+    return OpDef(op, [X, Wt], [out], ref, count_flops([out]), params)

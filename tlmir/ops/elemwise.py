@@ -1,0 +1,52 @@
+"""Injective fusion chains: several element-wise stages, some reading broadcast vectors."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import te
+from .base import OpDef, count_flops, pos_int, shape_tuple
+from .linalg import gelu_expr, gelu_ref
+
+
+def add_relu(shape) -> OpDef:
+    """out = relu(A + B), A and B of `shape`; stages `add`, `relu`."""
+    shape = shape_tuple("add_relu", shape)
+    A = te.placeholder(shape, name="A")
+    B = te.placeholder(shape, name="B")
+    s = te.compute(shape, lambda *i: A[i] + B[i], name="add")
+    out = te.compute(shape, lambda *i: te.max(s[i], 0.0), name="relu")
+
+    def ref(a, b):
+        return [np.maximum(a.astype(np.float64) + b, 0.0)]
+    return OpDef("add_relu", [A, B], [out], ref, count_flops([out]), dict(shape=shape))
+
+
+def bias_add_gelu(M: int, N: int) -> OpDef:
+    """out = gelu(X + b[j]) (exact erf GELU), X: M x N, b: N; stages `bias`, `gelu`."""
+    M, N = pos_int("bias_add_gelu", "M", M), pos_int("bias_add_gelu", "N", N)
+    X = te.placeholder((M, N), name="X")
+    b = te.placeholder((N,), name="b")
+    y = te.compute((M, N), lambda i, j: X[i, j] + b[j], name="bias")
+    out = te.compute((M, N), lambda i, j: gelu_expr(y[i, j]), name="gelu")
+
+    def ref(x, bb):
+        return [gelu_ref(x.astype(np.float64) + bb)]
+    return OpDef("bias_add_gelu", [X, b], [out], ref, count_flops([out]), dict(M=M, N=N),
+                 input_ranges=[(-3.0, 3.0), (-1.0, 1.0)])
+
+
+def scale_shift_tanh(shape) -> OpDef:
+    """out = tanh(X * scale[c] + shift[c]) with c the last axis of `shape`;
+    stages `scale`, `shift`, `tanh`."""
+    shape = shape_tuple("scale_shift_tanh", shape)
+    X = te.placeholder(shape, name="X")
+    scale = te.placeholder((shape[-1],), name="gamma")
+    shift = te.placeholder((shape[-1],), name="beta")
+    sc = te.compute(shape, lambda *i: X[i] * scale[i[-1]], name="scale")
+    sh = te.compute(shape, lambda *i: sc[i] + shift[i[-1]], name="shift")
+    out = te.compute(shape, lambda *i: te.tanh(sh[i]), name="tanh")
+
+    def ref(x, g, b):
+        return [np.tanh(x.astype(np.float64) * g + b)]
+    return OpDef("scale_shift_tanh", [X, scale, shift], [out], ref, count_flops([out]),
+                 dict(shape=shape), input_ranges=[(-2.0, 2.0), (0.5, 1.5), (-0.5, 0.5)])

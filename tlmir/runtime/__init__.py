@@ -1,0 +1,1 @@
+"""Runtime support: running generated native code safely (see tlmir.runtime.worker)."""

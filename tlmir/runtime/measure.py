@@ -1,0 +1,64 @@
+"""Build, run, verify and time one candidate program.
+
+A wrong result is a failed measurement, never a time. `measure` runs the candidate in
+an isolated worker process, so a crash or hang in generated code costs one trial.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..ir.stmt import PrimFunc
+from .worker import run_isolated
+
+
+@dataclass
+class MeasureResult:
+    ok: bool
+    median: float = float("inf")          # seconds per call
+    min: float = float("inf")
+    times: list = field(default_factory=list)
+    error: str | None = None
+    kind: str = "ok"                      # ok | wrong | error | crash | timeout
+
+
+def check_outputs(got: list[np.ndarray], expected: list[np.ndarray], rtol: float, atol: float) -> str | None:
+    """None if every output matches its reference, else a message naming the first mismatch."""
+    for n, (g, e) in enumerate(zip(got, expected)):
+        if not np.allclose(g, e, rtol=rtol, atol=atol, equal_nan=False):
+            bad = ~np.isclose(g, e, rtol=rtol, atol=atol)
+            err = float(np.nanmax(np.abs(g.astype("float64") - e))) if np.isfinite(g).all() else float("nan")
+            return (f"output {n} differs from the reference at {int(bad.sum())} of {g.size} elements "
+                    f"(max abs error {err:.3g})")
+    return None
+
+
+def measure_in_process(func: PrimFunc, inputs: list[np.ndarray], expected: list[np.ndarray],
+                       rtol: float = 1e-4, atol: float = 1e-4, repeat: int = 10,
+                       num_threads: int | None = None) -> MeasureResult:
+    """Compile, run once and verify, then time. Runs in the calling process."""
+    from ..codegen_cpu import compile_func
+    kernel = compile_func(func)
+    if num_threads is not None:
+        kernel.num_threads = num_threads
+    outs = [np.full(e.shape, np.nan, e.dtype) for e in expected]
+    kernel(*inputs, *outs)
+    wrong = check_outputs(outs, expected, rtol, atol)
+    if wrong:
+        return MeasureResult(False, error=wrong, kind="wrong")
+    t = kernel.benchmark(*inputs, *outs, repeat=repeat)
+    return MeasureResult(True, t.median, t.min, list(t.times))
+
+
+def measure(func: PrimFunc, inputs: list[np.ndarray], expected: list[np.ndarray], timeout: float = 60.0,
+            **kw) -> MeasureResult:
+    """`measure_in_process` in an isolated worker: crashes and hangs become failed results."""
+    res = run_isolated(_measure_kw, func, inputs, expected, kw, timeout=timeout)
+    if res.ok:
+        return res.value
+    return MeasureResult(False, error=res.error, kind=res.kind)
+
+
+def _measure_kw(func, inputs, expected, kw) -> MeasureResult:
+    return measure_in_process(func, inputs, expected, **kw)

@@ -1,0 +1,377 @@
+"""Schedules: stages, loop-transforming primitives, and their recorded history.
+
+A Schedule holds one Stage per operation. Primitives change a stage's loop structure
+(split / fuse / reorder), annotate loops (vectorize / unroll / parallel / bind / pragma),
+move stages (compute_at / compute_inline / compute_root) or add stages (cache_read /
+cache_write / rfactor). Every primitive appends a `Step`, so any schedule prints,
+serialises and replays (see steps.py). Loop orders are outermost first.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from ..errors import ScheduleError
+from ..ir.expr import Reduce, TensorRead, transform
+from ..ir.stmt import SCOPES, THREAD_TAGS
+from ..ir.tensor import ComputeOp, IterVar, Operation, PlaceholderOp, Tensor
+from .steps import Step
+
+
+@dataclass(eq=False)
+class Split:
+    parent: IterVar
+    outer: IterVar
+    inner: IterVar
+    factor: int
+
+
+@dataclass(eq=False)
+class Fuse:
+    outer: IterVar
+    inner: IterVar
+    fused: IterVar
+
+
+def _ceildiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class Stage:
+    """How one operation is computed: its loop nest, annotations and attach point."""
+
+    def __init__(self, op: Operation, sch: "Schedule", scope: str = "global"):
+        self.op, self.origin_op, self.sch, self.scope = op, op, sch, scope
+        self.name = op.name
+        self.attach: tuple = ("root",)  # ("root",) | ("inline",) | ("at", Stage, IterVar)
+        self._reset_loops()
+
+    def _reset_loops(self) -> None:
+        self.all_iter_vars = list(self.op.axis) + list(self.op.reduce_axis)
+        self.leaf_iter_vars = list(self.all_iter_vars)
+        self.relations: list = []
+        self.iter_kind: dict = {}      # IterVar -> "parallel" | "vectorized" | "unrolled" | "thread_binding"
+        self.thread_tag: dict = {}     # IterVar -> "blockIdx.x" ...
+        self.pragmas: dict = {}        # IterVar -> {"auto_unroll_max_step": n}
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def is_placeholder(self) -> bool:
+        return isinstance(self.op, PlaceholderOp)
+
+    def __repr__(self) -> str:
+        return f"Stage({self.name})"
+
+    def _record(self, prim: str, **args) -> None:
+        self.sch.history.append(Step(prim, self.name, args))
+
+    def _check_compute(self, prim: str) -> None:
+        if self.is_placeholder:
+            raise ScheduleError(f"{prim}: stage {self.name!r} is a placeholder (an input); "
+                                f"only compute stages can be scheduled")
+
+    def _leaf(self, iv, prim: str) -> IterVar:
+        self._check_compute(prim)
+        if not isinstance(iv, IterVar):
+            raise ScheduleError(f"{prim} on stage {self.name!r}: expected an axis (IterVar), got {iv!r}")
+        if iv not in self.leaf_iter_vars:
+            where = ("it was split or fused already" if iv in self.all_iter_vars
+                     else "it belongs to another stage")
+            raise ScheduleError(f"{prim} on stage {self.name!r}: axis {iv.name!r} is not a current "
+                                f"loop of the stage ({where}); loops: "
+                                f"{[v.name for v in self.leaf_iter_vars]}")
+        return iv
+
+    def find(self, name: str) -> IterVar:
+        """An axis of this stage by name (for replaying recorded steps)."""
+        hits = [v for v in self.all_iter_vars if v.name == name]
+        if len(hits) != 1:
+            raise ScheduleError(f"stage {self.name!r} has {len(hits)} axes named {name!r}; "
+                                f"axes: {[v.name for v in self.all_iter_vars]}")
+        return hits[0]
+
+    def _new_iv(self, name: str, extent: int, kind: str) -> IterVar:
+        iv = IterVar(name, extent, kind)
+        self.all_iter_vars.append(iv)
+        return iv
+
+    # --------------------------------------------------------- loop structure
+    def split(self, iv: IterVar, factor: int | None = None, nparts: int | None = None):
+        """Split a loop into (outer, inner); a non-divisible split gets a guard."""
+        self._leaf(iv, "split")
+        if (factor is None) == (nparts is None):
+            raise ScheduleError(f"split {self.name}.{iv.name}: give exactly one of factor= or nparts=")
+        n = factor if factor is not None else nparts
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ScheduleError(f"split {self.name}.{iv.name}: factor/nparts must be a positive "
+                                f"int, got {n!r}")
+        f = min(n, iv.extent) if factor is not None else _ceildiv(iv.extent, min(n, iv.extent))
+        outer = self._new_iv(iv.name + ".outer", _ceildiv(iv.extent, f), iv.kind)
+        inner = self._new_iv(iv.name + ".inner", f, iv.kind)
+        self.relations.append(Split(iv, outer, inner, f))
+        k = self.leaf_iter_vars.index(iv)
+        self.leaf_iter_vars[k:k + 1] = [outer, inner]
+        self._record("split", axis=iv.name, factor=f)
+        return outer, inner
+
+    def tile(self, x: IterVar, y: IterVar, x_factor: int, y_factor: int):
+        """TVM's tile: split both, order (xo, yo, xi, yi)."""
+        xo, xi = self.split(x, factor=x_factor)
+        yo, yi = self.split(y, factor=y_factor)
+        self.reorder(xo, yo, xi, yi)
+        return xo, yo, xi, yi
+
+    def fuse(self, *ivs: IterVar) -> IterVar:
+        """Fuse adjacent loops (outermost first) into one."""
+        if len(ivs) < 2:
+            raise ScheduleError(f"fuse on stage {self.name!r} needs at least two axes")
+        out = self._leaf(ivs[0], "fuse")
+        for iv in ivs[1:]:
+            self._leaf(iv, "fuse")
+            k = self.leaf_iter_vars.index(out)
+            if k + 1 >= len(self.leaf_iter_vars) or self.leaf_iter_vars[k + 1] is not iv:
+                raise ScheduleError(f"fuse on stage {self.name!r}: {out.name!r} and {iv.name!r} are "
+                                    f"not adjacent loops (outer then inner); loops: "
+                                    f"{[v.name for v in self.leaf_iter_vars]}")
+            if out.kind != iv.kind:
+                raise ScheduleError(f"fuse on stage {self.name!r}: cannot fuse {out.kind} axis "
+                                    f"{out.name!r} with {iv.kind} axis {iv.name!r}")
+            fused = self._new_iv(f"{out.name}.{iv.name}.fused", out.extent * iv.extent, out.kind)
+            self.relations.append(Fuse(out, iv, fused))
+            self.leaf_iter_vars[k:k + 2] = [fused]
+            out = fused
+        self._record("fuse", axes=[iv.name for iv in ivs])
+        return out
+
+    def reorder(self, *ivs: IterVar) -> None:
+        """Put the given loops, in the order given, into the positions they occupy."""
+        for iv in ivs:
+            self._leaf(iv, "reorder")
+        if len(set(map(id, ivs))) != len(ivs):
+            raise ScheduleError(f"reorder on stage {self.name!r}: an axis is repeated "
+                                f"{[iv.name for iv in ivs]}")
+        pos = sorted(self.leaf_iter_vars.index(iv) for iv in ivs)
+        for p, iv in zip(pos, ivs):
+            self.leaf_iter_vars[p] = iv
+        self._record("reorder", axes=[iv.name for iv in ivs])
+
+    # ------------------------------------------------------------ annotations
+    def _annotate(self, iv: IterVar, kind: str, tag: str | None = None) -> None:
+        self._leaf(iv, kind)
+        if kind in ("parallel", "vectorized", "thread_binding") and iv.kind == "reduce" and tag != "threadIdx.x":
+            raise ScheduleError(f"{kind} on stage {self.name!r}: {iv.name!r} is a reduction axis; "
+                                f"iterations would race on the same output")
+        self.iter_kind[iv] = kind
+        if tag:
+            self.thread_tag[iv] = tag
+
+    def vectorize(self, iv: IterVar) -> None:
+        self._annotate(iv, "vectorized")
+        self._record("vectorize", axis=iv.name)
+
+    def unroll(self, iv: IterVar) -> None:
+        self._annotate(iv, "unrolled")
+        self._record("unroll", axis=iv.name)
+
+    def parallel(self, iv: IterVar) -> None:
+        self._annotate(iv, "parallel")
+        self._record("parallel", axis=iv.name)
+
+    def bind(self, iv: IterVar, tag: str) -> None:
+        if tag not in THREAD_TAGS:
+            raise ScheduleError(f"bind on stage {self.name!r}: unknown thread tag {tag!r}; "
+                                f"expected one of {THREAD_TAGS}")
+        self._annotate(iv, "thread_binding", tag)
+        self._record("bind", axis=iv.name, tag=tag)
+
+    def pragma(self, iv: IterVar, name: str, value: int) -> None:
+        self._leaf(iv, "pragma")
+        if name != "auto_unroll_max_step":
+            raise ScheduleError(f"pragma on stage {self.name!r}: unknown pragma {name!r}; "
+                                f"supported: 'auto_unroll_max_step'")
+        if not isinstance(value, int) or value < 0:
+            raise ScheduleError(f"pragma {name} on {self.name}.{iv.name}: value must be an int >= 0")
+        self.pragmas.setdefault(iv, {})[name] = value
+        self._record("pragma", axis=iv.name, name=name, value=value)
+
+    # -------------------------------------------------------------- placement
+    def compute_at(self, parent: "Stage", iv: IterVar) -> None:
+        """Compute this stage inside `parent`'s loop `iv`, only the region that loop needs."""
+        self._check_compute("compute_at")
+        if not isinstance(parent, Stage):
+            raise ScheduleError(f"compute_at on stage {self.name!r}: parent must be a stage (s[T])")
+        parent._leaf(iv, f"compute_at({self.name})")
+        if parent is self:
+            raise ScheduleError(f"compute_at: stage {self.name!r} cannot be attached to itself")
+        p = parent
+        while p.attach[0] == "at":
+            p = p.attach[1]
+            if p is self:
+                raise ScheduleError(f"compute_at: attaching {self.name!r} at {parent.name}.{iv.name} "
+                                    f"makes a cycle ({parent.name!r} is already inside {self.name!r})")
+        if parent in self.sch.producers_of(self, transitive=True):
+            raise ScheduleError(f"compute_at: {parent.name!r} is a producer of {self.name!r}; "
+                                f"attaching {self.name!r} inside it makes a cycle")
+        self.attach = ("at", parent, iv)
+        self._record("compute_at", parent=parent.name, axis=iv.name)
+
+    def compute_inline(self) -> None:
+        self._check_compute("compute_inline")
+        if self.op.reduce_axis:
+            raise ScheduleError(f"compute_inline: stage {self.name!r} is a reduction and cannot be "
+                                f"inlined into its readers")
+        if self.origin_op in self.sch.outputs:
+            raise ScheduleError(f"compute_inline: stage {self.name!r} is an output of the schedule")
+        self.attach = ("inline",)
+        self._record("compute_inline")
+
+    def compute_root(self) -> None:
+        self._check_compute("compute_root")
+        self.attach = ("root",)
+        self._record("compute_root")
+
+
+class Schedule:
+    """All stages of a computation, in topological order (inputs first)."""
+
+    def __init__(self, outputs: Sequence[Tensor]):
+        self.outputs = [t.op for t in outputs]
+        self.history: list[Step] = []
+        self.stages: list[Stage] = []
+        self._map: dict[int, Stage] = {}
+        seen: set[int] = set()
+
+        def visit(op: Operation) -> None:
+            if id(op) in seen:
+                return
+            seen.add(id(op))
+            for t in op.inputs():
+                visit(t.op)
+            self._add(Stage(op, self))
+
+        for op in self.outputs:
+            visit(op)
+        names: dict[str, int] = {}
+        for st in self.stages:  # unique stage names keep recorded steps unambiguous
+            n = names.get(st.name, 0)
+            names[st.name] = n + 1
+            if n:
+                st.name = f"{st.name}_{n}"
+
+    def _add(self, stage: Stage, before: Stage | None = None, after: Stage | None = None) -> None:
+        if before is not None:
+            self.stages.insert(self.stages.index(before), stage)
+        elif after is not None:
+            self.stages.insert(self.stages.index(after) + 1, stage)
+        else:
+            self.stages.append(stage)
+        self._map[id(stage.op)] = stage
+
+    def __getitem__(self, t) -> Stage:
+        op = t.op if isinstance(t, Tensor) else t
+        st = self._map.get(id(op))
+        if st is None:
+            raise ScheduleError(f"tensor {getattr(op, 'name', op)!r} is not part of this schedule")
+        return st
+
+    def stage(self, name: str) -> Stage:
+        for st in self.stages:
+            if st.name == name:
+                return st
+        raise ScheduleError(f"no stage named {name!r}; stages: {[s.name for s in self.stages]}")
+
+    def producers_of(self, stage: Stage, transitive: bool) -> list[Stage]:
+        out: list[Stage] = []
+        todo = [stage]
+        while todo:
+            for t in todo.pop().op.inputs():
+                p = self[t]
+                if p not in out:
+                    out.append(p)
+                    if transitive:
+                        todo.append(p)
+        return out
+
+    def readers_of(self, stage: Stage) -> list[Stage]:
+        return [s for s in self.stages if stage in self.producers_of(s, transitive=False)]
+
+    # --------------------------------------------------------- adding stages
+    def cache_read(self, tensor: Tensor, scope: str, readers: Sequence) -> Tensor:
+        """A copy of `tensor` in `scope` that `readers` read instead of the original."""
+        src = self[tensor]
+        _check_scope(scope, "cache_read", src.name)
+        rstages = [self[r] for r in readers]
+        if not rstages:
+            raise ScheduleError(f"cache_read of {src.name!r}: give at least one reader")
+        for r in rstages:
+            if src not in self.producers_of(r, transitive=False):
+                raise ScheduleError(f"cache_read of {src.name!r}: stage {r.name!r} does not read it")
+        axes = [IterVar(f"ax{d}", n) for d, n in enumerate(tensor.shape)]
+        op = ComputeOp(f"{src.name}.{scope}", axes, TensorRead(tensor, [a.var for a in axes]))
+        cache = op.output()
+        for r in rstages:
+            body = transform(r.op.body, lambda n: TensorRead(cache, n.indices)
+                             if isinstance(n, TensorRead) and self[n.tensor] is src else None)
+            self._replace_op(r, ComputeOp(r.op.name, r.op.axis, body, getattr(r.op, "tag", "")))
+        self._add(Stage(op, self, scope), after=src)
+        self.history.append(Step("cache_read", src.name, {"scope": scope,
+                                                          "readers": [r.name for r in rstages]}))
+        return cache
+
+    def cache_write(self, tensor: Tensor, scope: str) -> Tensor:
+        """Compute `tensor` into a `scope` buffer first; the stage becomes a copy out of it."""
+        st = self[tensor]
+        st._check_compute("cache_write")
+        _check_scope(scope, "cache_write", st.name)
+        if any(r for r in st.relations if r.__class__ is Split and r.parent.kind == "reduce"
+               or r.__class__ is Fuse and r.outer.kind == "reduce"):
+            raise ScheduleError(f"cache_write of {st.name!r}: its reduction axes were already split "
+                                f"or fused; call cache_write before transforming them")
+        old = st.op
+        axes = [IterVar(f"{a.name}.c", a.extent) for a in old.axis]
+        raxes = [IterVar(a.name, a.extent, "reduce") for a in old.reduce_axis]
+        vmap = {a.var: b.var for a, b in zip(old.axis + old.reduce_axis, axes + raxes)}
+        rmap = dict(zip(map(id, old.reduce_axis), raxes))
+
+        def rebind(n):
+            if isinstance(n, Reduce):
+                return Reduce(n.combiner, n.source, [rmap[id(a)] for a in n.axes], n.condition)
+            return vmap.get(n) if n.__class__.__name__ == "Var" else None
+
+        cache_op = ComputeOp(f"{st.name}.{scope}", axes, transform(old.body, rebind))
+        cache = cache_op.output()
+        self._replace_op(st, ComputeOp(old.name, old.axis, TensorRead(cache, [a.var for a in old.axis])))
+        st.leaf_iter_vars = [v for v in st.leaf_iter_vars if v.kind != "reduce"]
+        self._add(Stage(cache_op, self, scope), before=st)
+        self.history.append(Step("cache_write", st.name, {"scope": scope}))
+        return cache
+
+    def rfactor(self, tensor: Tensor, iv: IterVar) -> Tensor:
+        """Turn reduction loop `iv` into a data-parallel axis of a new stage (TVM's rfactor)."""
+        from .rfactor import rfactor_ops
+        st = self[tensor]
+        st._leaf(iv, "rfactor")
+        rf_op, new_op = rfactor_ops(st, iv)
+        self._replace_op(st, new_op)
+        st._reset_loops()
+        self._add(Stage(rf_op, self), before=st)
+        self.history.append(Step("rfactor", st.name, {"axis": iv.name}))
+        return rf_op.output()
+
+    def _replace_op(self, st: Stage, op: ComputeOp) -> None:
+        st.op = op
+        self._map[id(op)] = st
+
+
+def _check_scope(scope: str, prim: str, name: str) -> None:
+    if scope not in SCOPES:
+        raise ScheduleError(f"{prim} of {name!r}: unknown scope {scope!r}; expected one of {SCOPES}")
+
+
+def create_schedule(outputs) -> Schedule:
+    """A default schedule (every stage at root, loops in definition order)."""
+    outs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+    for t in outs:
+        if not isinstance(t, Tensor):
+            raise ScheduleError(f"create_schedule expects tensors, got {t!r}")
+    return Schedule(outs)
