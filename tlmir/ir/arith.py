@@ -46,6 +46,11 @@ def _fdiv(x: Num, y: int) -> Num:
     return x // y
 
 
+def _text(t: Expr) -> str:
+    """Printed form, the tie-breaking sort key for terms and factors."""
+    return t.name if isinstance(t, Var) else str(t)
+
+
 def _imul(x: Num, y: Num) -> Num:
     """Interval-end product where 0 * inf is 0 (the variable really is 0)."""
     return 0 if x == 0 or y == 0 else x * y
@@ -107,6 +112,10 @@ class _Simplifier:
         elif isinstance(e, Sub):
             self._collect(e.a, scale, acc, parsed)
             self._collect(e.b, -scale, acc, parsed)
+        elif isinstance(e, Mul) and isinstance(e.b, Const):   # fast path: x * 4
+            self._collect(e.a, scale * int(e.b.value), acc, parsed)
+        elif isinstance(e, Mul) and isinstance(e.a, Const):
+            self._collect(e.b, scale * int(e.a.value), acc, parsed)
         elif isinstance(e, Mul):
             la, lb = self.lin(e.a, parsed), self.lin(e.b, parsed)
             if lb.is_const():
@@ -144,7 +153,7 @@ class _Simplifier:
                     stack += [x.b, x.a]
                 else:
                     factors.append(x)
-        factors.sort(key=str)
+        factors.sort(key=_text)
         out = factors[0]
         for f in factors[1:]:
             out = Mul(out, f)
@@ -153,7 +162,7 @@ class _Simplifier:
     def build(self, lin: _Lin) -> Expr:
         """Expression for a linear form, e.g. `i*32 + j - k + 3`."""
         dt = lin.dtype
-        items = sorted(lin.items(), key=lambda tc: (tc[1] < 0, -abs(tc[1]), str(tc[0])))
+        items = sorted(lin.items(), key=lambda tc: (tc[1] < 0, -abs(tc[1]), _text(tc[0])))
         c0, out = lin.const, None
 
         def scaled(t: Expr, c: int) -> Expr:

@@ -1,0 +1,73 @@
+"""Native symbols JIT-compiled kernels call (libgomp, libm, libc) and the thread-count setting.
+
+MCJIT resolves external calls through LLVM's symbol table, so every function the generated
+code may call is registered there explicitly rather than trusting the process's link map.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import os
+
+import llvmlite.binding as llvm
+
+from ..errors import ArgumentError
+
+NUM_THREADS_ENV = "TLMIR_NUM_THREADS"
+_OMP_SYMBOLS = ("GOMP_parallel", "omp_get_thread_num", "omp_get_num_threads")
+_LIBM_SYMBOLS = ("tanhf", "tanh", "erff", "erf", "expf", "exp", "logf", "log", "floorf", "floor")
+_LIBC_SYMBOLS = ("aligned_alloc", "free", "memset", "memcpy", "memmove")
+
+
+def _open(name: str, *fallbacks: str) -> ctypes.CDLL | None:
+    for path in (ctypes.util.find_library(name), *fallbacks):
+        if path:
+            try:
+                return ctypes.CDLL(path)
+            except OSError:
+                continue
+    return None
+
+
+def _register(lib: ctypes.CDLL, names: tuple[str, ...]) -> None:
+    for n in names:
+        llvm.add_symbol(n, ctypes.cast(getattr(lib, n), ctypes.c_void_p).value)
+
+
+@functools.cache
+def _gomp() -> ctypes.CDLL | None:
+    """libgomp with its entry points registered, or None (parallel loops then run serially)."""
+    lib = _open("gomp", "libgomp.so.1")
+    if lib is None or not all(hasattr(lib, n) for n in _OMP_SYMBOLS):
+        return None
+    _register(lib, _OMP_SYMBOLS)
+    return lib
+
+
+def have_openmp() -> bool:
+    """Can parallel loops run on several threads (is libgomp loadable)?"""
+    return _gomp() is not None
+
+
+@functools.cache
+def register_runtime_symbols() -> None:
+    """Make libm / libc (and libgomp when present) callable from JIT code; idempotent."""
+    for lib, names in ((_open("m", "libm.so.6"), _LIBM_SYMBOLS), (_open("c", "libc.so.6"), _LIBC_SYMBOLS)):
+        if lib is not None:  # otherwise MCJIT falls back to the process's own symbols
+            _register(lib, tuple(n for n in names if hasattr(lib, n)))
+    _gomp()
+
+
+def default_num_threads() -> int:
+    """Threads for parallel loops: $TLMIR_NUM_THREADS (read now, at each call) or all CPUs."""
+    raw = os.environ.get(NUM_THREADS_ENV, "").strip()
+    if not raw:
+        return os.cpu_count() or 1
+    try:
+        n = int(raw)
+    except ValueError:
+        raise ArgumentError(f"{NUM_THREADS_ENV}={raw!r} is not an integer thread count") from None
+    if n < 1:
+        raise ArgumentError(f"{NUM_THREADS_ENV}={raw!r}: the thread count must be at least 1")
+    return n
