@@ -89,14 +89,11 @@ def _conv_nchw_stages(op, N, C, H, W, K, R, S, stride, padding, dilation, groups
     Wt = te.placeholder((K, Cg, R, S), name="W")
     Xp = pad_nchw(X, *pd)
     rc, rr, rs = te.reduce_axis(Cg, "rc"), te.reduce_axis(R, "rr"), te.reduce_axis(S, "rs")
-    if groups == 1:
-        def body(n, k, p, q):
-            return te.sum(Xp[n, rc, win(p, st[0], rr, dl[0]), win(q, st[1], rs, dl[1])]
-                          * Wt[k, rc, rr, rs], axis=[rc, rr, rs])
-    else:
-        def body(n, k, p, q):
-            return te.sum(Xp[n, k // Kg * Cg + rc, win(p, st[0], rr, dl[0]), win(q, st[1], rs, dl[1])]
-                          * Wt[k, rc, rr, rs], axis=[rc, rr, rs])
+
+    def body(n, k, p, q):
+        c = rc if groups == 1 else k // Kg * Cg + rc
+        return te.sum(Xp[n, c, win(p, st[0], rr, dl[0]), win(q, st[1], rs, dl[1])]
+                      * Wt[k, rc, rr, rs], axis=[rc, rr, rs])
     out = te.compute((N, K, P, Q), body, name=name)
     return X, Wt, out, (st, pd, dl, groups), params
 

@@ -137,24 +137,28 @@ class _Lowerer:
         if iv not in parent.leaf_iter_vars:
             raise LowerError(f"stage {st.name!r} is attached at {parent.name}.{iv.name}, which is no "
                              f"longer a loop of {parent.name!r} (split or fused after compute_at)")
-        cons = self.consumers.get(id(st), [])
-        if cons != [parent]:
-            raise LowerError(f"stage {st.name!r} is attached at {parent.name}.{iv.name} but is read by "
-                             f"{[c.name for c in cons]}; an attached stage must be read by its "
-                             f"parent only")
-        pinfo = self.info[id(parent)]
         k = parent.leaf_iter_vars.index(iv)
-        relax = {v.var: (const(0), const(pinfo.dom[id(v)] - 1)) for v in parent.leaf_iter_vars[k + 1:]}
-        root = self._root_values(pinfo)
+        scope = self._inside(parent, k)
+        cons = self.consumers.get(id(st), [])
+        for c in cons:
+            if c is not parent and c not in scope:
+                raise LowerError(f"stage {st.name!r} is attached at {parent.name}.{iv.name} but is "
+                                 f"also read by {c.name!r}, which is computed outside that loop")
+        relax = {}  # loops inside the attach point take their whole range
+        for owner, vs in [(parent, parent.leaf_iter_vars[k + 1:])] + [(q, q.leaf_iter_vars) for q in scope]:
+            dom = self.info[id(owner)].dom
+            relax.update({v.var: (const(0), const(dom[id(v)] - 1)) for v in vs if id(v) in dom})
         los: list = [None] * len(st.op.shape)
         his: list = [None] * len(st.op.shape)
-        for r in self._reads(parent):
-            if self.sch[r.tensor] is not st:
-                continue
-            for d, idx in enumerate(r.indices):
-                lo, hi = arith.symbolic_bound(substitute(idx, root), relax, self.ranges)
-                los[d] = lo if los[d] is None else arith.simplify(Min(los[d], lo), self.ranges)
-                his[d] = hi if his[d] is None else arith.simplify(Max(his[d], hi), self.ranges)
+        for c in cons:
+            root = self._root_values(self.info[id(c)])
+            for r in self._reads(c):
+                if self.sch[r.tensor] is not st:
+                    continue
+                for d, idx in enumerate(r.indices):
+                    lo, hi = arith.symbolic_bound(substitute(idx, root), relax, self.ranges)
+                    los[d] = lo if los[d] is None else arith.simplify(Min(los[d], lo), self.ranges)
+                    his[d] = hi if his[d] is None else arith.simplify(Max(his[d], hi), self.ranges)
         mins, exts = [], []
         for d, full in enumerate(st.op.shape):
             ext_e = arith.simplify(his[d] - los[d] + 1, self.ranges)
@@ -166,6 +170,14 @@ class _Lowerer:
                 mins.append(los[d])
                 exts.append(max(int(ext), 1))
         return mins, exts
+
+    def _inside(self, parent: Stage, k: int) -> list[Stage]:
+        """Stages computed inside `parent`'s loop nest at or below its k-th loop."""
+        out = [q for q in self.live if q.attach[0] == "at" and q.attach[1] is parent
+               and parent.leaf_iter_vars.index(q.attach[2]) >= k]
+        for q in list(out):
+            out += self._inside(q, 0)
+        return out
 
     def _root_values(self, info: _Info) -> dict:
         """Root axis var -> its global value (region start + local value)."""
