@@ -169,11 +169,12 @@ def depthwise_conv2d_nchw(N: int, C: int, H: int, W: int, R: int, S: int, stride
     Wt = te.placeholder((C, m, R, S), name="W")
     Xp = pad_nchw(X, *pd)
     rr, rs = te.reduce_axis(R, "rr"), te.reduce_axis(S, "rs")
-    out = te.compute(
-        (N, C * m, P, Q),
-        lambda n, c, p, q: te.sum(Xp[n, c // m, win(p, st[0], rr, dl[0]), win(q, st[1], rs, dl[1])]
-                                  * Wt[c // m, c % m, rr, rs], axis=[rr, rs]),
-        name="conv")
+
+    def body(n, c, p, q):
+        ci, j = (c, 0) if m == 1 else (c // m, c % m)
+        return te.sum(Xp[n, ci, win(p, st[0], rr, dl[0]), win(q, st[1], rs, dl[1])]
+                      * Wt[ci, j, rr, rs], axis=[rr, rs])
+    out = te.compute((N, C * m, P, Q), body, name="conv")
 
     def ref(x, w):
         return [conv_ref_nchw(x, w.reshape(C * m, 1, R, S), st, pd, dl, C)]
