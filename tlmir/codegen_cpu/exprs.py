@@ -92,6 +92,7 @@ class ExprEmitter:
         self.bufs: dict = {}
         self.lanes: Lanes | None = None
         self.guard: ir.Value | None = None  # i1 / <L x i1>: the loads being emitted may run only where true
+        self._index_math = False  # inside an index: integer arithmetic cannot overflow (nsw)
 
     # ------------------------------------------------------------ values and types
 
@@ -132,8 +133,9 @@ class ExprEmitter:
         t = args[0].type
         return self.b.call(self.mod.declare(f"llvm.{name}.{mangle(t)}", t, [a.type for a in args]), args)
 
-    def gep(self, ptr: ir.Value, idx: ir.Value, dtype: str) -> ir.Value:
-        return self.b.gep(ptr, [idx], inbounds=True, source_etype=mem_type(dtype))
+    def gep(self, ptr: ir.Value, idx: ir.Value, dtype: str, inbounds: bool = True) -> ir.Value:
+        """Element address; `inbounds=False` where masked-off lanes may point anywhere."""
+        return self.b.gep(ptr, [idx], inbounds=inbounds, source_etype=mem_type(dtype))
 
     def buffer(self, buf) -> ir.Value:
         try:
@@ -195,7 +197,11 @@ class ExprEmitter:
     def index(self, e: E.Expr) -> ir.Value:
         if e.dtype not in E.INT_DTYPES:
             raise BuildError(f"{self.fname}: index `{e}` has dtype {e.dtype}, expected an integer")
-        return self.convert(self.expr(e), e.dtype, "int64")
+        outer, self._index_math = self._index_math, True
+        try:
+            return self.convert(self.expr(e), e.dtype, "int64")
+        finally:
+            self._index_math = outer
 
     def _var(self, e: E.Var) -> ir.Value:
         if self.lanes is not None and e is self.lanes.var:
@@ -263,7 +269,7 @@ class ExprEmitter:
     def _int_binary(self, e: E.Binary, a: ir.Value, b: ir.Value, dt: str) -> ir.Value:
         bd = self.b
         cmp = bd.icmp_unsigned if dt == "bool" else bd.icmp_signed
-        flags = ("nsw",) if dt == "int64" else ()  # index arithmetic never wraps in a valid program
+        flags = ("nsw",) if self._index_math else ()  # data arithmetic wraps, like numpy
         if isinstance(e, E.Add):
             return bd.add(a, b, flags=flags)
         if isinstance(e, E.Sub):
@@ -388,11 +394,11 @@ class ExprEmitter:
         mask = None if self.guard is None else self.splat(self.guard, n)
         if s == 1:
             with self.scalar_view():
-                p = self.gep(ptr, self.index(e.index), dt)
+                p = self.gep(ptr, self.index(e.index), dt, inbounds=mask is None)
             v = (bd.load(p, typ=vt, align=align) if mask is None
                  else self.masked("load", [p, mask, zero], vt, align))
         else:
-            ptrs = self.gep(self.splat(ptr, n), self.splat(self.index(e.index), n), dt)
+            ptrs = self.gep(self.splat(ptr, n), self.splat(self.index(e.index), n), dt, inbounds=mask is None)
             mask = self.const(True, "bool", n) if mask is None else mask
             v = self.masked("gather", [ptrs, mask, zero], vt, align)
         return self.from_mem(v, dt)

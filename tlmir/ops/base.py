@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import DefinitionError, ShapeError
 from ..ir import expr as E
-from ..ir.tensor import ComputeOp, PlaceholderOp, Tensor
+from ..ir.tensor import ComputeOp, Tensor
 
 _ARITH = (E.Add, E.Sub, E.Mul, E.Div, E.Min, E.Max, E.Call)
 

@@ -1,0 +1,313 @@
+"""CPU backend: hand-built loop programs compiled to native code and checked against numpy."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tlmir.codegen_cpu import Kernel, Timing, compile_func, have_openmp
+from tlmir.codegen_cpu.llvm_ir import emit_module
+from tlmir.errors import ArgumentError, BuildError
+from tlmir.ir.expr import (EQ, Call, Cast, Const, FloorDiv, FloorMod, Load, Max, Min, Not,
+                           Select, Var)
+from tlmir.ir.stmt import Allocate, Barrier, Buffer, For, IfThenElse, PrimFunc, Store, seq
+
+RNG = np.random.default_rng(0)
+
+
+def c(v: int) -> Const:
+    return Const(v, "int64")
+
+
+def loop(var: Var, n: int, kind: str, body, lo: int = 0) -> For:
+    return For(var, c(lo), c(n), kind, body)
+
+
+def elementwise(kind: str, n: int, fn, dtype: str = "float32", out_dtype: str | None = None,
+                name: str = "ew") -> PrimFunc:
+    """out[i] = fn(i, A) over a 1-D loop of the given kind."""
+    A, O = Buffer("A", (n,), dtype), Buffer("O", (n,), out_dtype or dtype)
+    i = Var("i")
+    return PrimFunc(f"{name}_{kind}", [A, O], loop(i, n, kind, Store(O, i, fn(i, A))))
+
+
+# ---------------------------------------------------------------- elementwise
+
+@pytest.mark.parametrize("kind", ["serial", "vectorized", "unrolled", "parallel"])
+def test_elementwise_add(kind):
+    n = 16
+    A, B, C = (Buffer(x, (n,), "float32") for x in "ABC")
+    i = Var("i")
+    k = compile_func(PrimFunc(f"add_{kind}", [A, B, C], loop(i, n, kind, Store(C, i, Load(A, i) + Load(B, i)))))
+    a, b = RNG.random(n, dtype=np.float32), RNG.random(n, dtype=np.float32)
+    out = np.zeros(n, np.float32)
+    k(a, b, out)
+    np.testing.assert_array_equal(out, a + b)
+    if kind == "vectorized":
+        assert "<16 x float>" in k.llvm_ir
+
+
+def test_long_vectorized_loop_is_strip_mined_with_tail():
+    n = 100  # 6 vectors of 16 in a loop plus a 4-lane tail
+    f = elementwise("vectorized", n, lambda i, A: Load(A, i) * Const(2.0, "float32") + Cast("float32", i))
+    a = RNG.random(n, dtype=np.float32)
+    out = np.zeros(n, np.float32)
+    compile_func(f)(a, out)
+    np.testing.assert_allclose(out, a * 2 + np.arange(n), rtol=1e-6)
+    assert "<4 x float>" in emit_module(f)
+
+
+def test_strided_gather_scatter_and_broadcast_load():
+    n = 16
+    A, O = Buffer("A", (2 * n,), "float64"), Buffer("O", (2 * n,), "float64")
+    i = Var("i")
+    body = seq(Store(O, i * 2, Load(A, i * 2 + 1) + Load(A, c(0))),  # gather, broadcast
+               Store(O, i * 2 + 1, Cast("float64", i)))               # scatter
+    f = PrimFunc("strided", [A, O], loop(i, n, "vectorized", body))
+    assert "masked.gather" in emit_module(f) and "masked.scatter" in emit_module(f)
+    a = RNG.random(2 * n)
+    out = np.zeros(2 * n)
+    compile_func(f)(a, out)
+    np.testing.assert_allclose(out[0::2], a[1::2] + a[0])
+    np.testing.assert_array_equal(out[1::2], np.arange(n))
+
+
+@pytest.mark.parametrize("kind", ["serial", "vectorized"])
+def test_int8_bool_and_min_max(kind):
+    n = 32
+    f = elementwise(kind, n, lambda i, A: Cast("int8", (Load(A, i) < Const(0, "int8")) | EQ(Load(A, i), Const(5, "int8"))),
+                    dtype="int8", name="cmp")
+    a = RNG.integers(-10, 10, n).astype(np.int8)
+    out = np.zeros(n, np.int8)
+    compile_func(f)(a, out)
+    np.testing.assert_array_equal(out, ((a < 0) | (a == 5)).astype(np.int8))
+
+    g = elementwise(kind, n, lambda i, A: Not(Load(A, i)), dtype="bool", name="not")
+    bits = RNG.random(n) < 0.5
+    res = np.zeros(n, bool)
+    compile_func(g)(bits, res)
+    np.testing.assert_array_equal(res, ~bits)
+
+    h = elementwise(kind, n, lambda i, A: Max(Min(Load(A, i), Const(0.5, "float32")), Const(0.25, "float32")),
+                    name="clip")
+    x = RNG.random(n, dtype=np.float32)
+    y = np.zeros(n, np.float32)
+    compile_func(h)(x, y)
+    np.testing.assert_array_equal(y, np.clip(x, 0.25, 0.5))
+
+
+# ---------------------------------------------------------------- matmul, local buffers, threads
+
+N_MM = 64
+
+
+def matmul(kind_i: str = "parallel") -> PrimFunc:
+    """C = A @ B as i (parallel), zero-init, jo, k, ji (vectorized 16)."""
+    n, w = N_MM, 16
+    A, B, C = (Buffer(x, (n, n), "float32") for x in "ABC")
+    i, jo, ji, k, j = Var("i"), Var("jo"), Var("ji"), Var("k"), Var("j")
+    cidx = i * n + jo * w + ji
+    update = Store(C, cidx, Load(C, cidx) + Load(A, i * n + k) * Load(B, k * n + jo * w + ji))
+    body = seq(loop(j, n, "vectorized", Store(C, i * n + j, Const(0.0, "float32"))),
+               loop(jo, n // w, "serial", loop(k, n, "serial", loop(ji, w, "vectorized", update))))
+    return PrimFunc("matmul", [A, B, C], loop(i, n, kind_i, body))
+
+
+def test_matmul_vectorized_fma_and_threads():
+    k = compile_func(matmul())
+    a, b = RNG.random((N_MM, N_MM), dtype=np.float32), RNG.random((N_MM, N_MM), dtype=np.float32)
+    out = np.full((N_MM, N_MM), np.nan, np.float32)
+    k(a, b, out)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-5)
+    assert "vfmadd" in k.assembly
+    assert "zmm" in k.assembly or "ymm" in k.assembly
+    k.num_threads = 2
+    out2 = np.zeros_like(out)
+    k(a, b, out2)
+    np.testing.assert_array_equal(out2, out)
+    if have_openmp():
+        assert "GOMP_parallel" in k.llvm_ir
+    assert "GOMP_parallel" not in emit_module(matmul(), openmp=False)
+
+
+def test_nested_parallel_runs_inner_loop_serially():
+    n = 8
+    A, O = Buffer("A", (n, n), "float32"), Buffer("O", (n, n), "float32")
+    i, j = Var("i"), Var("j")
+    f = PrimFunc("nested", [A, O], loop(i, n, "parallel", loop(j, n, "parallel",
+                                                                Store(O, i * n + j, Load(A, j * n + i)))))
+    if have_openmp():
+        assert emit_module(f).count("call void @\"GOMP_parallel\"") == 1
+    a = RNG.random((n, n), dtype=np.float32)
+    out = np.zeros_like(a)
+    compile_func(f)(a, out)
+    np.testing.assert_array_equal(out, a.T)
+
+
+@pytest.mark.parametrize("size", [8, 100_000])  # stack alloca / heap (aligned_alloc)
+def test_reduction_into_local_buffer(size):
+    """Row sums through a local accumulator, one per parallel row, inside the parallel body."""
+    rows, cols = 4, 32
+    A, O = Buffer("A", (rows, cols), "float32"), Buffer("O", (rows,), "float32")
+    acc = Buffer("acc", (size,), "float32", "local")
+    i, k = Var("i"), Var("k")
+    body = Allocate(acc, seq(Store(acc, c(0), Const(0.0, "float32")),
+                             loop(k, cols, "serial", Store(acc, c(0), Load(acc, c(0)) + Load(A, i * cols + k))),
+                             Store(O, i, Load(acc, c(0)))))
+    f = PrimFunc(f"rowsum{size}", [A, O], loop(i, rows, "parallel", body))
+    assert ("aligned_alloc" in emit_module(f)) == (size > 1000)
+    a = RNG.random((rows, cols), dtype=np.float32)
+    out = np.zeros(rows, np.float32)
+    compile_func(f)(a, out)
+    np.testing.assert_allclose(out, a.sum(axis=1), rtol=1e-5)
+
+
+def test_register_tile_is_promoted_out_of_memory():
+    """A fully unrolled local tile must end up in registers (no alloca after O3)."""
+    n, t = 16, 4
+    A, O = Buffer("A", (n, t), "float32"), Buffer("O", (t,), "float32")
+    acc = Buffer("acc", (t,), "float32", "local")
+    k, u, v, w = Var("k"), Var("u"), Var("v"), Var("w")
+    body = Allocate(acc, seq(loop(u, t, "unrolled", Store(acc, u, Const(0.0, "float32"))),
+                             loop(k, n, "serial", loop(v, t, "unrolled", Store(acc, v, Load(acc, v) + Load(A, k * t + v)))),
+                             loop(w, t, "unrolled", Store(O, w, Load(acc, w)))))
+    kern = compile_func(PrimFunc("tile", [A, O], body))
+    assert "alloca" not in kern.llvm_ir
+    a = RNG.random((n, t), dtype=np.float32)
+    out = np.zeros(t, np.float32)
+    kern(a, out)
+    np.testing.assert_allclose(out, a.sum(axis=0), rtol=1e-5)
+
+
+# ---------------------------------------------------------------- guarded (padded) reads
+
+@pytest.mark.parametrize("kind", ["serial", "vectorized", "unrolled"])
+def test_select_padded_read(kind):
+    n = 16
+    f = elementwise(kind, n, lambda i, A: Select(i >= 1, Load(A, i - 1), Const(0.0, "float32")), name="pad")
+    a = RNG.random(n, dtype=np.float32)
+    out = np.full(n, np.nan, np.float32)
+    compile_func(f)(a, out)
+    np.testing.assert_array_equal(out, np.concatenate([[0], a[:-1]]))
+
+
+@pytest.mark.parametrize("kind", ["serial", "vectorized"])
+@pytest.mark.parametrize("index", ["contiguous", "strided", "invariant"])
+def test_select_never_touches_unmapped_memory(kind, index):
+    """The untaken side reads terabytes out of bounds: executing it would crash."""
+    far = 1 << 40
+    idx = {"contiguous": lambda i: i + far, "strided": lambda i: i * 3 + far, "invariant": lambda i: c(far)}[index]
+    f = elementwise(kind, 32, lambda i, A: Select(i < 0, Load(A, idx(i)), Load(A, i)), name=f"far_{index}")
+    a = RNG.random(32, dtype=np.float32)
+    out = np.zeros(32, np.float32)
+    compile_func(f)(a, out)
+    np.testing.assert_array_equal(out, a)
+
+
+# ---------------------------------------------------------------- math and integer semantics
+
+MATH = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh, "abs": np.abs,
+        "erf": np.vectorize(math.erf), "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+        "rsqrt": lambda x: 1 / np.sqrt(x)}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("kind", ["serial", "vectorized"])
+def test_math_functions(kind, dtype):
+    n = 16
+    x = RNG.uniform(0.05, 3.0, n).astype(dtype)
+    for op, ref in MATH.items():
+        f = elementwise(kind, n, lambda i, A: Call(op, [Load(A, i)], dtype), dtype=dtype, name=op)
+        out = np.zeros(n, dtype)
+        compile_func(f)(x, out)
+        np.testing.assert_allclose(out, ref(x.astype(np.float64)), rtol=1e-5, err_msg=op)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+@pytest.mark.parametrize("kind", ["serial", "vectorized"])
+def test_floor_div_mod_negative(kind, dtype):
+    n = 32
+    a = RNG.integers(-50, 50, n).astype(dtype)
+    d = RNG.choice([-7, -3, -1, 1, 2, 5], n).astype(dtype)
+    A, D = Buffer("A", (n,), dtype), Buffer("D", (n,), dtype)
+    outs = [Buffer(f"O{k}", (n,), dtype) for k in range(6)]
+    i = Var("i")
+    x, y = Load(A, i), Load(D, i)
+    vals = [FloorDiv(x, y), FloorMod(x, y), FloorDiv(x, Const(4, dtype)), FloorMod(x, Const(4, dtype)),
+            FloorDiv(x, Const(-3, dtype)), FloorMod(x, Const(3, dtype))]
+    body = seq(*[Store(o, i, v) for o, v in zip(outs, vals)])
+    k = compile_func(PrimFunc(f"divmod_{kind}", [A, D, *outs], loop(i, n, kind, body)))
+    res = [np.zeros(n, dtype) for _ in outs]
+    k(a, d, *res)
+    for got, want in zip(res, [a // d, a % d, a // 4, a % 4, a // -3, a % 3]):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_if_then_else_and_lane_dependent_if_falls_back():
+    n = 16
+    A, O = Buffer("A", (n,), "float32"), Buffer("O", (n,), "float32")
+    i = Var("i")
+    body = IfThenElse(FloorMod(i, c(2)) < c(1), Store(O, i, Load(A, i)), Store(O, i, -Load(A, i)))
+    f = PrimFunc("ite", [A, O], loop(i, n, "vectorized", body))
+    a = RNG.random(n, dtype=np.float32)
+    out = np.zeros(n, np.float32)
+    compile_func(f)(a, out)
+    np.testing.assert_array_equal(out, np.where(np.arange(n) % 2 == 0, a, -a))
+
+
+# ---------------------------------------------------------------- errors
+
+def test_gpu_constructs_raise_build_error():
+    n = 8
+    A = Buffer("A", (n,), "float32")
+    t = Var("tx")
+    bound = For(t, c(0), c(n), "thread_binding", Store(A, t, Const(1.0, "float32")), "threadIdx.x")
+    with pytest.raises(BuildError, match="'tx'.*threadIdx.x"):
+        compile_func(PrimFunc("gpu", [A], bound))
+    with pytest.raises(BuildError, match="barrier"):
+        compile_func(PrimFunc("bar", [A], Barrier()))
+
+
+def test_argument_errors():
+    k = compile_func(matmul("serial"))
+    good = [np.zeros((N_MM, N_MM), np.float32) for _ in range(3)]
+    k(*good)
+    with pytest.raises(ArgumentError, match="expected 3 arrays"):
+        k(*good[:2])
+    with pytest.raises(ArgumentError, match=r"argument 1 \(B\): expected dtype float32, got float64"):
+        k(good[0], good[1].astype(np.float64), good[2])
+    with pytest.raises(ArgumentError, match=r"argument 2 \(C\): expected shape \(64, 64\), got \(64, 32\)"):
+        k(good[0], good[1], good[2][:, :32].copy())
+    with pytest.raises(ArgumentError, match=r"argument 0 \(A\): array is not C-contiguous"):
+        k(np.asfortranarray(good[0]), good[1], good[2])
+    with pytest.raises(ArgumentError, match="numpy.ndarray"):
+        k(good[0].tolist(), good[1], good[2])
+    ro = good[2].copy()
+    ro.flags.writeable = False
+    with pytest.raises(ArgumentError, match=r"argument 2 \(C\).*read-only"):
+        k(good[0], good[1], ro)
+    good[0].flags.writeable = False  # inputs may be read-only
+    k(*good)
+
+
+def test_num_threads_env(monkeypatch):
+    k = compile_func(matmul())
+    arrays = [np.zeros((N_MM, N_MM), np.float32) for _ in range(3)]
+    monkeypatch.setenv("TLMIR_NUM_THREADS", "bad")
+    with pytest.raises(ArgumentError, match="TLMIR_NUM_THREADS"):
+        k(*arrays)
+    monkeypatch.setenv("TLMIR_NUM_THREADS", "0")
+    with pytest.raises(ArgumentError, match="TLMIR_NUM_THREADS"):
+        k(*arrays)
+    monkeypatch.setenv("TLMIR_NUM_THREADS", "2")
+    k(*arrays)
+
+
+def test_benchmark_returns_timing():
+    k = compile_func(matmul())
+    assert isinstance(k, Kernel)
+    arrays = [RNG.random((N_MM, N_MM), dtype=np.float32) for _ in range(3)]
+    t = k.benchmark(*arrays, repeat=3)
+    assert isinstance(t, Timing) and len(t.times) == 3
+    assert 0 < t.min <= t.median < 1.0
