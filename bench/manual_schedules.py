@@ -19,30 +19,12 @@ import torch  # noqa: E402
 
 import tlmir  # noqa: E402
 from tlmir import ops  # noqa: E402
+from tlmir.demo import schedule_matmul  # noqa: E402
 
 
 def matmul_schedule(op):
-    """Register tile 8x32 (16 zmm accumulators) over a packed 1024x32 panel of B."""
-    A, B = op.inputs
-    (C,) = op.outputs
-    s = tlmir.create_schedule(C)
-    CC = s.cache_write(C, "local")
-    BB = s.cache_read(B, "global", [CC])
-    i, j = C.op.axis
-    jo, ji = s[C].split(j, factor=32)
-    io, ii = s[C].split(i, factor=8)
-    s[C].reorder(jo, io, ii, ji)
-    s[C].parallel(jo)
-    s[C].vectorize(ji)
-    s[BB].compute_at(s[C], jo)
-    s[BB].vectorize(BB.op.axis[1])
-    s[CC].compute_at(s[C], io)
-    ci, cj = CC.op.axis
-    (k,) = CC.op.reduce_axis
-    s[CC].reorder(k, ci, cj)
-    s[CC].unroll(ci)
-    s[CC].vectorize(cj)
-    return s
+    """The demo's schedule: an 8x32 register tile over a packed 1024x32 panel of B."""
+    return schedule_matmul(*op.inputs, *op.outputs)
 
 
 def conv2d_schedule(op):
