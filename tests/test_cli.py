@@ -1,0 +1,30 @@
+"""`tlmir show`."""
+import json
+
+from tlmir.cli import main
+
+
+def test_show_prints_te_lowered_and_llvm(capsys, tmp_path):
+    steps = tmp_path / "s.json"
+    steps.write_text(json.dumps([
+        {"prim": "split", "stage": "C", "args": {"axis": "j", "factor": 8}},
+        {"prim": "reorder", "stage": "C", "args": {"axes": ["k", "j.inner"]}},
+        {"prim": "vectorize", "stage": "C", "args": {"axis": "j.inner"}}]))
+    assert main(["show", "--op", "matmul", "--shape", "16,16,16", "--steps", str(steps),
+                 "--llvm", "--asm"]) == 0
+    out = capsys.readouterr().out
+    assert "C[i, j] = sum(A[i, k] * B[k, j], axis=[k])" in out
+    assert "s['C'].split('j', factor=8)" in out
+    assert "for j.inner in range(8):  # vectorized" in out
+    assert "define" in out and "<8 x float>" in out
+
+
+def test_show_reports_bad_input(capsys, tmp_path):
+    assert main(["show", "--op", "nope"]) == 2
+    assert "unknown op 'nope'" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert main(["show", "--op", "matmul", "--shape", "4,4,4", "--steps", str(bad)]) == 2
+    assert "unreadable schedule history" in capsys.readouterr().err
+    assert main(["show", "--op", "matmul", "--shape", "4,4,4", "--steps", str(tmp_path / "missing")]) == 2
+    assert "cannot read schedule steps file" in capsys.readouterr().err
