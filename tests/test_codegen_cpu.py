@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import math
+import os
+import signal
 
 import numpy as np
 import pytest
@@ -39,7 +41,8 @@ def test_elementwise_add(kind):
     n = 16
     A, B, C = (Buffer(x, (n,), "float32") for x in "ABC")
     i = Var("i")
-    k = compile_func(PrimFunc(f"add_{kind}", [A, B, C], loop(i, n, kind, Store(C, i, Load(A, i) + Load(B, i)))))
+    body = Store(C, i, Load(A, i) + Load(B, i))
+    k = compile_func(PrimFunc(f"add_{kind}", [A, B, C], loop(i, n, kind, body)))
     a, b = RNG.random(n, dtype=np.float32), RNG.random(n, dtype=np.float32)
     out = np.zeros(n, np.float32)
     k(a, b, out)
@@ -76,8 +79,10 @@ def test_strided_gather_scatter_and_broadcast_load():
 @pytest.mark.parametrize("kind", ["serial", "vectorized"])
 def test_int8_bool_and_min_max(kind):
     n = 32
-    f = elementwise(kind, n, lambda i, A: Cast("int8", (Load(A, i) < Const(0, "int8")) | EQ(Load(A, i), Const(5, "int8"))),
-                    dtype="int8", name="cmp")
+    def pick(i, A):
+        return Cast("int8", (Load(A, i) < Const(0, "int8")) | EQ(Load(A, i), Const(5, "int8")))
+
+    f = elementwise(kind, n, pick, dtype="int8", name="cmp")
     a = RNG.integers(-10, 10, n).astype(np.int8)
     out = np.zeros(n, np.int8)
     compile_func(f)(a, out)
@@ -152,8 +157,8 @@ def test_reduction_into_local_buffer(size):
     A, O = Buffer("A", (rows, cols), "float32"), Buffer("O", (rows,), "float32")
     acc = Buffer("acc", (size,), "float32", "local")
     i, k = Var("i"), Var("k")
-    body = Allocate(acc, seq(Store(acc, c(0), Const(0.0, "float32")),
-                             loop(k, cols, "serial", Store(acc, c(0), Load(acc, c(0)) + Load(A, i * cols + k))),
+    add = Store(acc, c(0), Load(acc, c(0)) + Load(A, i * cols + k))
+    body = Allocate(acc, seq(Store(acc, c(0), Const(0.0, "float32")), loop(k, cols, "serial", add),
                              Store(O, i, Load(acc, c(0)))))
     f = PrimFunc(f"rowsum{size}", [A, O], loop(i, rows, "parallel", body))
     assert ("aligned_alloc" in emit_module(f)) == (size > 1000)
@@ -169,8 +174,9 @@ def test_register_tile_is_promoted_out_of_memory():
     A, O = Buffer("A", (n, t), "float32"), Buffer("O", (t,), "float32")
     acc = Buffer("acc", (t,), "float32", "local")
     k, u, v, w = Var("k"), Var("u"), Var("v"), Var("w")
+    add = Store(acc, v, Load(acc, v) + Load(A, k * t + v))
     body = Allocate(acc, seq(loop(u, t, "unrolled", Store(acc, u, Const(0.0, "float32"))),
-                             loop(k, n, "serial", loop(v, t, "unrolled", Store(acc, v, Load(acc, v) + Load(A, k * t + v)))),
+                             loop(k, n, "serial", loop(v, t, "unrolled", add)),
                              loop(w, t, "unrolled", Store(O, w, Load(acc, w)))))
     kern = compile_func(PrimFunc("tile", [A, O], body))
     assert "alloca" not in kern.llvm_ir
@@ -197,10 +203,27 @@ def test_select_padded_read(kind):
 def test_select_never_touches_unmapped_memory(kind, index):
     """The untaken side reads terabytes out of bounds: executing it would crash."""
     far = 1 << 40
-    idx = {"contiguous": lambda i: i + far, "strided": lambda i: i * 3 + far, "invariant": lambda i: c(far)}[index]
+    idx = {"contiguous": lambda i: i + far, "strided": lambda i: i * 3 + far,
+           "invariant": lambda i: c(far)}[index]
     f = elementwise(kind, 32, lambda i, A: Select(i < 0, Load(A, idx(i)), Load(A, i)), name=f"far_{index}")
     a = RNG.random(32, dtype=np.float32)
     out = np.zeros(32, np.float32)
+    compile_func(f)(a, out)
+    np.testing.assert_array_equal(out, a)
+
+
+@pytest.mark.parametrize("kind", ["serial", "vectorized"])
+def test_and_or_guard_their_second_operand(kind):
+    far = 1 << 40
+    zero = Const(0.0, "float32")
+
+    def fn(i, A):
+        bad = Load(A, i + far) > zero  # read only when the first operand does not decide
+        return Select((i < 0) & bad, zero, Select((i >= 0) | bad, Load(A, i), zero))
+
+    f = elementwise(kind, 16, fn, name="andor")
+    a = RNG.random(16, dtype=np.float32)
+    out = np.zeros(16, np.float32)
     compile_func(f)(a, out)
     np.testing.assert_array_equal(out, a)
 
@@ -311,3 +334,28 @@ def test_benchmark_returns_timing():
     t = k.benchmark(*arrays, repeat=3)
     assert isinstance(t, Timing) and len(t.times) == 3
     assert 0 < t.min <= t.median < 1.0
+
+
+def test_kernel_name_clashing_with_runtime_function():
+    f = elementwise("serial", 4, lambda i, A: Call("tanh", [Load(A, i)], "float32"))
+    f.name = "tanhf"
+    with pytest.raises(BuildError, match="tanhf"):
+        compile_func(f)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_parallel_kernel_in_forked_child():
+    """libgomp's pool does not survive fork(): a child must fall back to one thread, not hang."""
+    k = compile_func(matmul())
+    k.num_threads = 2
+    a, b = RNG.random((N_MM, N_MM), dtype=np.float32), RNG.random((N_MM, N_MM), dtype=np.float32)
+    out = np.zeros((N_MM, N_MM), np.float32)
+    k(a, b, out)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child process
+        signal.alarm(20)  # a hang kills the child, failing the test instead of the run
+        got = np.zeros_like(out)
+        k(a, b, got)
+        os._exit(0 if np.array_equal(got, out) else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -8,8 +8,8 @@ not fault: they are emitted under a guard (clamped index / masked load / safe di
 """
 from __future__ import annotations
 
-from contextlib import contextmanager, nullcontext
-from typing import Iterator, NamedTuple
+from contextlib import contextmanager
+from typing import Callable, Iterator, NamedTuple
 
 from llvmlite import ir
 
@@ -68,7 +68,9 @@ class ModuleContext:
         """An external function or intrinsic, declared once."""
         fn = self.module.globals.get(name)
         if fn is None:
-            fn = ir.Function(self.module, ir.FunctionType(ret, args), name)
+            return ir.Function(self.module, ir.FunctionType(ret, args), name)
+        if not fn.is_declaration:
+            raise BuildError(f"{name}: the kernel's name clashes with a runtime function it calls; rename it")
         return fn
 
     def unique(self, base: str) -> str:
@@ -206,7 +208,8 @@ class ExprEmitter:
     def _var(self, e: E.Var) -> ir.Value:
         if self.lanes is not None and e is self.lanes.var:
             n = self.lanes.n
-            return self.b.add(self.splat(self.lanes.base, n), ir.Constant(ir.VectorType(I64, n), list(range(n))))
+            ramp = ir.Constant(ir.VectorType(I64, n), list(range(n)))
+            return self.b.add(self.splat(self.lanes.base, n), ramp, flags=("nsw",))
         try:
             return self.env[e]
         except KeyError:
@@ -237,10 +240,8 @@ class ExprEmitter:
             raise BuildError(f"{self.fname}: operands of `{e}` have dtypes {dt} and {e.b.dtype}")
         if isinstance(e, (E.And, E.Or)):
             a = self.to_bool(e.a)
-            cond = a if isinstance(e, E.And) else self.not_(a)
-            with self.guarded(cond) if risky(e.b) else nullcontext():
-                b = self.to_bool(e.b)
-            a, b = self.match(a, b)
+            b = self._maybe_guarded(e.b, lambda: a if isinstance(e, E.And) else self.not_(a))
+            a, b = self.match(a, self.convert(b, e.b.dtype, "bool"))
             return self.b.and_(a, b) if isinstance(e, E.And) else self.b.or_(a, b)
         a, b = self.match(self.expr(e.a), self.expr(e.b))
         if E.is_float(dt):
@@ -310,17 +311,18 @@ class ExprEmitter:
 
     def _select(self, e: E.Select) -> ir.Value:
         c = self.to_bool(e.cond)
-        sides = []
-        for side, cond in ((e.t, c), (e.f, None)):
-            if risky(side):
-                with self.guarded(c if cond is not None else self.not_(c)):
-                    sides.append(self.expr(side))
-            else:
-                sides.append(self.expr(side))
-        t, f = self.match(*sides)
+        t, f = (self._maybe_guarded(e.t, lambda: c), self._maybe_guarded(e.f, lambda: self.not_(c)))
+        t, f = self.match(t, f)
         if lanes_of(c) and not lanes_of(t):
             t, f = self.splat(t, lanes_of(c)), self.splat(f, lanes_of(c))
         return self.b.select(c, t, f)
+
+    def _maybe_guarded(self, e: E.Expr, cond: Callable[[], ir.Value]) -> ir.Value:
+        """`e`, evaluated under guard `cond()` only when it could fault."""
+        if not risky(e):
+            return self.expr(e)
+        with self.guarded(cond()):
+            return self.expr(e)
 
     def _call(self, e: E.Call) -> ir.Value:
         dt = e.dtype
@@ -398,7 +400,8 @@ class ExprEmitter:
             v = (bd.load(p, typ=vt, align=align) if mask is None
                  else self.masked("load", [p, mask, zero], vt, align))
         else:
-            ptrs = self.gep(self.splat(ptr, n), self.splat(self.index(e.index), n), dt, inbounds=mask is None)
+            idx = self.splat(self.index(e.index), n)
+            ptrs = self.gep(self.splat(ptr, n), idx, dt, inbounds=mask is None)
             mask = self.const(True, "bool", n) if mask is None else mask
             v = self.masked("gather", [ptrs, mask, zero], vt, align)
         return self.from_mem(v, dt)

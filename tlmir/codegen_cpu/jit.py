@@ -16,7 +16,7 @@ from ..errors import ArgumentError, BuildError
 from ..ir.stmt import PrimFunc
 from .analysis import stored_buffers
 from .llvm_ir import emit_module
-from .parallel import default_num_threads, have_openmp, register_runtime_symbols
+from .parallel import default_num_threads, have_openmp, register_runtime_symbols, usable_threads
 
 
 @functools.cache
@@ -100,7 +100,7 @@ class Kernel:
         nt = default_num_threads() if self.num_threads is None else self.num_threads
         if isinstance(nt, bool) or not isinstance(nt, int) or nt < 1:
             raise ArgumentError(f"{f.name}: num_threads must be a positive int, got {nt!r}")
-        return functools.partial(self._cfunc, *ptrs, nt)
+        return functools.partial(self._cfunc, *ptrs, usable_threads(nt))
 
     def __call__(self, *arrays: np.ndarray) -> None:
         self._bind(arrays)()

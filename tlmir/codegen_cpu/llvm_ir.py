@@ -235,7 +235,13 @@ class FuncEmitter(ExprEmitter):
         for k, x in enumerate(slots):
             self.b.store(x, self._field(self.b, data, struct, k))
         gomp = self.mod.declare("GOMP_parallel", VOID, [PTR, PTR, I32, I32])
-        self.b.call(gomp, [body, data, self.num_threads, ir.Constant(I32, 0)])
+        # one thread: call the body directly (no team start-up; safe in a forked child,
+        # where libgomp's thread pool is unusable)
+        with self.b.if_else(self.b.icmp_signed("==", self.num_threads, ir.Constant(I32, 1))) as (one, many):
+            with one:
+                self.b.call(body, [data])
+            with many:
+                self.b.call(gomp, [body, data, self.num_threads, ir.Constant(I32, 0)])
 
     @staticmethod
     def _field(bd: ir.IRBuilder, ptr: ir.Value, struct: ir.Type, k: int) -> ir.Value:

@@ -50,6 +50,20 @@ def have_openmp() -> bool:
     return _gomp() is not None
 
 
+_team_pid: list[int] = []  # the process whose libgomp thread pool kernels have started
+
+
+def usable_threads(requested: int) -> int:
+    """`requested`, or 1 in a process forked after kernels ran multi-threaded: libgomp's
+    thread pool does not survive fork() and the child would hang in GOMP_parallel."""
+    if requested > 1:
+        if not _team_pid:
+            _team_pid.append(os.getpid())
+        elif _team_pid[0] != os.getpid():
+            return 1
+    return requested
+
+
 @functools.cache
 def register_runtime_symbols() -> None:
     """Make libm / libc (and libgomp when present) callable from JIT code; idempotent."""
