@@ -196,7 +196,7 @@ class _Lowerer:
                 dom[id(rel.outer)], dom[id(rel.inner)] = outer, (rel.factor if outer > 1 else n)
             else:
                 dom[id(rel.fused)] = dom[id(rel.outer)] * dom[id(rel.inner)]
-        val = {id(v): v.var for v in st.leaf_iter_vars}
+        val = {id(v): (const(0) if _elided(st, v, dom) else v.var) for v in st.leaf_iter_vars}
         for v in st.leaf_iter_vars:
             self.ranges[v.var] = (0, dom[id(v)] - 1)
         for rel in reversed(st.relations):
@@ -287,7 +287,8 @@ class _Lowerer:
     def _for(self, st: Stage, v, body: Stmt) -> Stmt:
         info = self.info[id(st)]
         kind = st.iter_kind.get(v, "serial")
-        loop = For(v.var, const(0), const(info.dom[id(v)]), kind, body, st.thread_tag.get(v))
+        loop = body if _elided(st, v, info.dom) else For(v.var, const(0), const(info.dom[id(v)]), kind,
+                                                        body, st.thread_tag.get(v))
         step = st.pragmas.get(v, {}).get("auto_unroll_max_step", 0)
         return _auto_unroll(loop, step)[0] if step else loop
 
@@ -300,6 +301,11 @@ class _Lowerer:
             if s not in self.args:
                 body = Allocate(self.info[id(s)].buffer, body)
         return PrimFunc(self.name, [self.info[id(s)].buffer for s in self.args], body)
+
+
+def _elided(st: Stage, v, dom: dict) -> bool:
+    """Loops of extent 1 disappear (their variable is 0), except GPU thread bindings."""
+    return dom[id(v)] == 1 and st.iter_kind.get(v) != "thread_binding"
 
 
 def _flat(indices: list, shape: tuple) -> Expr:
