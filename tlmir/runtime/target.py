@@ -1,0 +1,64 @@
+"""What the machine is (`HardwareParams`) and how hard to look (`SearchParams`).
+
+Every magic number of the schedule space and the search lives here, not in the rules.
+"""
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class HardwareParams:
+    kind: str = "cpu"
+    isa: str = "avx512"          # avx512 | avx2 | sse
+    cores: int = 2
+    vector_lanes: int = 16       # float32 lanes of the widest vector register
+    l1_kb: int = 48
+    l2_kb: int = 2048
+
+    @property
+    def key(self) -> str:
+        """Identifies the hardware in records: results never cross machines of another kind."""
+        return f"{self.kind}-{self.isa}-c{self.cores}-l1_{self.l1_kb}K-l2_{self.l2_kb}K"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SearchParams:
+    max_innermost_factor: int = 64
+    max_vector_len: int = 64           # longest vectorized loop the space offers
+    parallel_factor: int = 16          # parallel loops cover up to parallel_factor x cores iterations
+    unroll_steps: tuple = (0, 16, 64, 512)
+    population: int = 128              # evolutionary search
+    measures_per_round: int = 64
+    eps_greedy: float = 0.05
+    mutation_prob: float = 0.85
+    evolution_iters: int = 4
+
+
+def _cache_kb(level: int, default: int) -> int:
+    path = f"/sys/devices/system/cpu/cpu0/cache/index{level}/size"
+    try:
+        text = open(path).read().strip()
+    except OSError:
+        return default
+    mult = 1024 if text.endswith("M") else 1
+    return int(text.rstrip("KM")) * mult
+
+
+@functools.cache
+def host_hardware() -> HardwareParams:
+    """This machine, as LLVM sees it."""
+    import llvmlite.binding as llvm
+    llvm.initialize_native_target()
+    try:
+        feats = llvm.get_host_cpu_features()
+        has = {k for k, v in feats.items() if v}
+    except RuntimeError:
+        has = set()
+    isa, lanes = ("avx512", 16) if "avx512f" in has else (("avx2", 8) if "avx2" in has else ("sse", 4))
+    return HardwareParams("cpu", isa, os.cpu_count() or 1, lanes, _cache_kb(0, 48), _cache_kb(2, 2048))

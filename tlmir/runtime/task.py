@@ -1,0 +1,66 @@
+"""A tuning task: a computation (inputs then outputs), its reference, FLOPs and weight."""
+from __future__ import annotations
+
+import hashlib
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..errors import DefinitionError
+from ..ir.printer import te_str
+from ..ir.tensor import ComputeOp, PlaceholderOp, Tensor
+
+
+class Task:
+    """`Task(name, [A, B, C])`: the tensors a kernel takes, inputs (placeholders) first.
+
+    The reference is a numpy function of the inputs; without one, the untuned default
+    schedule of the same computation is the reference. `key` identifies the computation
+    (definition, shapes, dtypes): records of one task never apply to another.
+    """
+
+    def __init__(self, name: str, args: Sequence[Tensor], reference: Callable | None = None,
+                 weight: float = 1.0, input_ranges: list | None = None, flops: int | None = None):
+        from ..ops.base import count_flops, topo_ops
+        args = list(args)
+        if not args or not all(isinstance(t, Tensor) for t in args):
+            raise DefinitionError(f"task {name!r}: args must be a non-empty list of tensors")
+        self.name, self.weight = name, weight
+        self.inputs = [t for t in args if isinstance(t.op, PlaceholderOp)]
+        self.outputs = [t for t in args if isinstance(t.op, ComputeOp)]
+        if args != self.inputs + self.outputs or not self.outputs:
+            raise DefinitionError(f"task {name!r}: give the input placeholders first, then the "
+                                  f"outputs (got {[t.name for t in args]})")
+        missing = [op.name for op in topo_ops(self.outputs)
+                   if isinstance(op, PlaceholderOp) and all(op is not t.op for t in self.inputs)]
+        if missing:
+            raise DefinitionError(f"task {name!r}: inputs {missing} are read but not in args")
+        self.args = args
+        self.flops = count_flops(self.outputs) if flops is None else flops
+        self._reference = reference
+        self.input_ranges = input_ranges
+        self.definition = te_str(self.outputs)
+        order = ",".join(t.name for t in args)
+        self.key = hashlib.sha1(f"{self.definition}\nargs:{order}".encode()).hexdigest()[:16]
+
+    @classmethod
+    def from_op(cls, op, weight: float = 1.0, name: str | None = None) -> "Task":
+        """A task for an OpDef of tlmir.ops (its numpy reference included)."""
+        return cls(name or op.name, op.args, op.run_reference, weight, op.input_ranges, op.flops)
+
+    def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
+        rng = np.random.default_rng(seed)
+        ranges = self.input_ranges or [(-1.0, 1.0)] * len(self.inputs)
+        return [rng.uniform(lo, hi, size=t.shape).astype(t.dtype) for t, (lo, hi) in zip(self.inputs, ranges)]
+
+    def reference_outputs(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        if self._reference is not None:
+            return [np.asarray(o).astype(t.dtype) for o, t in zip(self._reference(*inputs), self.outputs)]
+        from ..build import build
+        from ..schedule import create_schedule
+        outs = [np.zeros(t.shape, t.dtype) for t in self.outputs]
+        build(create_schedule(self.outputs), self.args)(*inputs, *outs)
+        return outs
+
+    def __repr__(self) -> str:
+        return f"Task({self.name}, key={self.key}, {self.flops / 1e9:.3f} GFLOP, weight={self.weight})"
