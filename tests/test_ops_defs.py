@@ -94,6 +94,10 @@ SMALL = [
     ("add_relu", dict(shape=(2, 3, 4))),
     ("bias_add_gelu", dict(M=3, N=5)),
     ("scale_shift_tanh", dict(shape=(3, 5))),
+    ("conv2d_transpose_nchw", dict(N=1, C=2, H=3, W=4, K=3, R=4, S=3, stride=(2, 1), padding=1,
+                                   output_padding=(1, 0), bias=True, act="tanh")),
+    ("add", dict(shape=(2, 3, 4))),
+    ("silu_mul", dict(M=3, N=5)),
 ]
 
 
@@ -140,6 +144,14 @@ def test_te_definition_matches_reference(name, params):
     ("add_relu", dict(shape=(2, 3)), (2, 3), ["add", "relu"], 12),
     ("bias_add_gelu", dict(M=3, N=4), (3, 4), ["bias", "gelu"], 12 + 60),
     ("scale_shift_tanh", dict(shape=(2, 3, 4)), (2, 3, 4), ["scale", "shift", "tanh"], 72),
+    # out 2x2 -> zero-inserted + padded to 5x5, conv = stride-1 4x4 conv over it
+    ("conv2d_transpose_nchw", dict(N=1, C=2, H=2, W=2, K=3, R=4, S=4, stride=2, padding=1),
+     (1, 3, 4, 4), ["pad", "conv"], 48 * (2 * 16) * 2),
+    ("conv2d_transpose_nchw", dict(N=1, C=2, H=2, W=2, K=3, R=3, S=3, bias=True, act="relu"),
+     (1, 3, 4, 4), ["pad", "conv", "bias", "relu"], 48 * 18 * 2 + 48 + 48),
+    ("add", dict(shape=(2, 3)), (2, 3), ["add"], 6),
+    # silu: mul + sigmoid, mul: 1
+    ("silu_mul", dict(M=3, N=4), (3, 4), ["silu", "mul"], 36),
 ])
 def test_shapes_stages_flops(name, params, shape, stages, flops):
     op = ops.make(name, **params)
@@ -180,6 +192,12 @@ def test_registry_and_errors():
         ops.make("max_pool2d", N=1, C=1, H=6, W=6, kernel=2, padding=2)
     with pytest.raises(DefinitionError, match="M"):
         ops.make("softmax", M=0, N=3)
+    with pytest.raises(DefinitionError, match="padding"):
+        ops.make("conv2d_transpose_nchw", N=1, C=1, H=4, W=4, K=1, R=3, S=3, padding=3)
+    with pytest.raises(DefinitionError, match="output_padding"):
+        ops.make("conv2d_transpose_nchw", N=1, C=1, H=4, W=4, K=1, R=3, S=3, output_padding=1)
+    with pytest.raises(DefinitionError, match="act"):
+        ops.make("conv2d_transpose_nchw", N=1, C=1, H=4, W=4, K=1, R=3, S=3, act="gelu")
 
 
 # ------------------------------------------------------------------ references vs torch
@@ -246,3 +264,22 @@ def test_elementwise_vs_torch():
     check_vs_torch(ops.add_relu((3, 4, 5)), lambda a, b: F.relu(a + b))
     check_vs_torch(ops.bias_add_gelu(6, 7), lambda x, b: F.gelu(x + b))
     check_vs_torch(ops.scale_shift_tanh((2, 3, 4)), lambda x, g, b: torch.tanh(x * g + b))
+    check_vs_torch(ops.add((3, 4, 5)), lambda a, b: a + b)
+    check_vs_torch(ops.silu_mul(6, 7), lambda a, b: F.silu(a) * b)
+
+
+@pytest.mark.parametrize("p", [
+    dict(N=1, C=4, H=4, W=4, K=3, R=4, S=4, stride=2, padding=1),           # DCGAN layer
+    dict(N=2, C=3, H=5, W=4, K=2, R=3, S=2, stride=(2, 3), padding=(1, 0), output_padding=(1, 2)),
+    dict(N=1, C=2, H=5, W=6, K=3, R=3, S=3),
+    dict(N=1, C=3, H=3, W=3, K=4, R=5, S=5, stride=3, padding=2, output_padding=2),
+])
+@pytest.mark.parametrize("act", [None, "relu", "tanh"])
+def test_conv_transpose_vs_torch(p, act):
+    kw = dict(stride=p.get("stride", 1), padding=p.get("padding", 0),
+              output_padding=p.get("output_padding", 0))
+    post = {None: lambda y: y, "relu": F.relu, "tanh": torch.tanh}[act]
+    check_vs_torch(ops.conv2d_transpose_nchw(**p, act=act),
+                   lambda x, w: post(F.conv_transpose2d(x, w, **kw)))
+    check_vs_torch(ops.conv2d_transpose_nchw(**p, bias=True, act=act),
+                   lambda x, w, b: post(F.conv_transpose2d(x, w, b, **kw)))

@@ -22,6 +22,10 @@ CASES = {
     "add_relu": dict(shape=(6, 40)),
     "bias_add_gelu": dict(M=8, N=40),
     "scale_shift_tanh": dict(shape=(4, 6, 16)),
+    "conv2d_transpose_nchw": dict(N=1, C=4, H=5, W=5, K=8, R=4, S=4, stride=2, padding=1,
+                                  bias=True, act="relu"),
+    "add": dict(shape=(6, 40)),
+    "silu_mul": dict(M=8, N=40),
 }
 
 

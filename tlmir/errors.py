@@ -31,3 +31,7 @@ class ArgumentError(TlmirError):
 
 class MeasureError(TlmirError):
     """A candidate crashed, hung or produced a wrong result during measurement."""
+
+
+class RecordError(TlmirError):
+    """A records database or record file is unreadable or inconsistent."""

@@ -16,6 +16,7 @@ from llvmlite import ir
 from ..errors import BuildError
 from ..ir import expr as E
 from .analysis import risky, stride
+from .vecmath import FAST_F32, emit_f32
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 PTR = ir.PointerType()
@@ -339,6 +340,8 @@ class ExprEmitter:
 
     def _math(self, op: str, x: ir.Value, dt: str) -> ir.Value:
         bd, n = self.b, lanes_of(x)
+        if dt == "float32" and op in FAST_F32:  # inline polynomials: vectors stay vectors
+            return emit_f32(op, bd, self.mod.declare, x)
         one = self.const(1.0, dt, n)
         if op in ("exp", "log", "sqrt"):
             return self.intrinsic(op, x)
@@ -351,7 +354,8 @@ class ExprEmitter:
         return self._libm(op + ("f" if dt == "float32" else ""), x)
 
     def _libm(self, name: str, x: ir.Value) -> ir.Value:
-        """A libm call; vectors go lane by lane (there is no vector libm to call)."""
+        """A libm call; vectors go lane by lane (there is no vector libm to call). float32
+        exp/log/tanh/erf/sigmoid never get here: vecmath.py emits them inline."""
         st = x.type.element if isinstance(x.type, ir.VectorType) else x.type
         fn = self.mod.declare(name, st, [st])
         if lanes_of(x) is None:

@@ -179,3 +179,94 @@ def depthwise_conv2d_nchw(N: int, C: int, H: int, W: int, R: int, S: int, stride
     def ref(x, w):
         return [conv_ref_nchw(x, w.reshape(C * m, 1, R, S), st, pd, dl, C)]
     return OpDef(op, [X, Wt], [out], ref, count_flops([out]), params)
+
+
+TRANSPOSE_ACTIVATIONS = (None, "relu", "tanh")
+
+
+def conv_transpose_ref_nchw(x, w, stride, padding, output_padding) -> np.ndarray:
+    """float64 conv_transpose2d (torch semantics, groups=1, no dilation), weight C x K x R x S:
+    every input pixel scatters x[n,c,h,w] * W[c,k,:,:] to out[h*sh - ph + r, w*sw - pw + s]."""
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    N, C, H, W = x.shape
+    _, K, R, S = w.shape
+    (sh, sw), (ph, pw), (oh, ow) = stride, padding, output_padding
+    full = np.zeros((N, K, (H - 1) * sh + R + oh, (W - 1) * sw + S + ow))
+    for r in range(R):
+        for s in range(S):
+            full[:, :, r: r + sh * (H - 1) + 1: sh, s: s + sw * (W - 1) + 1: sw] += \
+                np.einsum("nchw,ck->nkhw", x, w[:, :, r, s])
+    P = (H - 1) * sh - 2 * ph + R + oh
+    Q = (W - 1) * sw - 2 * pw + S + ow
+    return full[:, :, ph: ph + P, pw: pw + Q]
+
+
+def conv2d_transpose_nchw(N: int, C: int, H: int, W: int, K: int, R: int, S: int, stride=1,
+                          padding=0, output_padding=0, bias: bool = False,
+                          act: str | None = None) -> OpDef:
+    """Transposed convolution (torch conv_transpose2d, groups=1, no dilation), optionally
+    followed by + b[k] and relu / tanh (a deconv + folded BN + activation, as in DCGAN).
+
+    X: N x C x H x W, W: C x K x R x S (torch layout), out: N x K x P x Q with
+    P = (H-1)*sh - 2*ph + R + oph. Computed as topi does: `pad` zero-inserts sh-1 rows between
+    input rows and pads R-1-ph rows (plus oph at the bottom), then `conv` is a stride-1
+    convolution with the spatially flipped kernel:
+    out[n,k,p,q] = sum_{c,r,s} pad[n, c, p + r, q + s] * W[c, k, R-1-r, S-1-s].
+    Stages: `pad`, `conv`, then `bias` (if bias), then `relu` / `tanh` (if act)."""
+    op = "conv2d_transpose_nchw"
+    N, C, H, W, K, R, S = (pos_int(op, n, v) for n, v in zip("NCHWKRS", (N, C, H, W, K, R, S)))
+    (sh, sw), (ph, pw) = pair(op, "stride", stride), pair(op, "padding", padding, True)
+    oh, ow = pair(op, "output_padding", output_padding, True)
+    if act not in TRANSPOSE_ACTIVATIONS:
+        raise DefinitionError(f"{op}: act must be one of {TRANSPOSE_ACTIVATIONS}, got {act!r}")
+    if ph > R - 1 or pw > S - 1:
+        raise DefinitionError(f"{op}: padding {padding} must be at most kernel - 1 ({R}x{S})")
+    if oh >= sh or ow >= sw:
+        raise DefinitionError(f"{op}: output_padding {output_padding} must be smaller than "
+                              f"the stride {stride}")
+    P, Q = (H - 1) * sh - 2 * ph + R + oh, (W - 1) * sw - 2 * pw + S + ow
+    params = dict(N=N, C=C, H=H, W=W, K=K, R=R, S=S, stride=stride, padding=padding,
+                  output_padding=output_padding, bias=bool(bias), act=act)
+    X = te.placeholder((N, C, H, W), name="X")
+    Wt = te.placeholder((C, K, R, S), name="W")
+    inputs = [X, Wt]
+    bh, bw = R - 1 - ph, S - 1 - pw        # rows / columns of zeros before the first input
+    Hd, Wd = (H - 1) * sh + 1, (W - 1) * sw + 1
+
+    def pad_body(n, c, h, w):
+        hh, ww = h - bh, w - bw
+        conds = [hh >= 0, hh < Hd, ww >= 0, ww < Wd]
+        if sh > 1:
+            conds.append(hh % sh == 0)
+        if sw > 1:
+            conds.append(ww % sw == 0)
+        hi = hh if sh == 1 else hh // sh
+        wi = ww if sw == 1 else ww // sw
+        return te.if_then_else(te.all(*conds), X[n, c, hi, wi], 0.0)
+    Xd = te.compute((N, C, P + R - 1, Q + S - 1), pad_body, name="pad")
+    rc, rr, rs = te.reduce_axis(C, "rc"), te.reduce_axis(R, "rr"), te.reduce_axis(S, "rs")
+    out = te.compute((N, K, P, Q), lambda n, k, p, q: te.sum(
+        Xd[n, rc, p + rr, q + rs] * Wt[rc, k, R - 1 - rr, S - 1 - rs], axis=[rc, rr, rs]),
+        name="conv")
+    if bias:
+        b = te.placeholder((K,), name="b")
+        inputs.append(b)
+        c0 = out
+        out = te.compute(c0.shape, lambda n, k, p, q: c0[n, k, p, q] + b[k], name="bias")
+    if act == "relu":
+        y = out
+        out = te.compute(y.shape, lambda n, k, p, q: te.max(y[n, k, p, q], 0.0), name="relu")
+    elif act == "tanh":
+        y = out
+        out = te.compute(y.shape, lambda n, k, p, q: te.tanh(y[n, k, p, q]), name="tanh")
+
+    def ref(x, w, *rest):
+        r = conv_transpose_ref_nchw(x, w, (sh, sw), (ph, pw), (oh, ow))
+        if bias:
+            r = r + rest[0].astype(np.float64)[None, :, None, None]
+        if act == "relu":
+            r = np.maximum(r, 0.0)
+        elif act == "tanh":
+            r = np.tanh(r)
+        return [r]
+    return OpDef(op, inputs, [out], ref, count_flops([out]), params)

@@ -50,3 +50,32 @@ def scale_shift_tanh(shape) -> OpDef:
         return [np.tanh(x.astype(np.float64) * g + b)]
     return OpDef("scale_shift_tanh", [X, scale, shift], [out], ref, count_flops([out]),
                  dict(shape=shape), input_ranges=[(-2.0, 2.0), (0.5, 1.5), (-0.5, 0.5)])
+
+
+def add(shape) -> OpDef:
+    """out = A + B, A and B of `shape` (a residual connection without activation);
+    one stage `add`."""
+    shape = shape_tuple("add", shape)
+    A = te.placeholder(shape, name="A")
+    B = te.placeholder(shape, name="B")
+    out = te.compute(shape, lambda *i: A[i] + B[i], name="add")
+
+    def ref(a, b):
+        return [a.astype(np.float64) + b]
+    return OpDef("add", [A, B], [out], ref, count_flops([out]), dict(shape=shape))
+
+
+def silu_mul(M: int, N: int) -> OpDef:
+    """out = silu(A) * B = A * sigmoid(A) * B, A and B: M x N (the gated MLP of LLaMA:
+    silu(x W_gate^T) * (x W_up^T)); stages `silu`, `mul`."""
+    M, N = pos_int("silu_mul", "M", M), pos_int("silu_mul", "N", N)
+    A = te.placeholder((M, N), name="A")
+    B = te.placeholder((M, N), name="B")
+    s = te.compute((M, N), lambda i, j: A[i, j] * te.sigmoid(A[i, j]), name="silu")
+    out = te.compute((M, N), lambda i, j: s[i, j] * B[i, j], name="mul")
+
+    def ref(a, b):
+        a = a.astype(np.float64)
+        return [a / (1.0 + np.exp(-a)) * b]
+    return OpDef("silu_mul", [A, B], [out], ref, count_flops([out]), dict(M=M, N=N),
+                 input_ranges=[(-4.0, 4.0), (-1.0, 1.0)])

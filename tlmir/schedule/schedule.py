@@ -137,11 +137,23 @@ class Stage:
                 raise ScheduleError(f"fuse on stage {self.name!r}: cannot fuse {out.kind} axis "
                                     f"{out.name!r} with {iv.kind} axis {iv.name!r}")
             fused = self._new_iv(f"{out.name}.{iv.name}.fused", out.extent * iv.extent, out.kind)
+            self._move_attached(out, iv, fused)
             self.relations.append(Fuse(out, iv, fused))
             self.leaf_iter_vars[k:k + 2] = [fused]
             out = fused
         self._record("fuse", axes=[iv.name for iv in ivs])
         return out
+
+    def _move_attached(self, outer: IterVar, inner: IterVar, fused: IterVar) -> None:
+        """Stages attached at the inner loop of a fuse move to the fused loop (same region);
+        one attached at the outer loop would be split apart, so that fuse is refused."""
+        for st in self.sch.stages:
+            if st.attach[0] == "at" and st.attach[1] is self:
+                if st.attach[2] is outer:
+                    raise ScheduleError(f"fuse on stage {self.name!r}: stage {st.name!r} is attached at "
+                                        f"{outer.name!r}, which is not the innermost fused loop")
+                if st.attach[2] is inner:
+                    st.attach = ("at", self, fused)
 
     def reorder(self, *ivs: IterVar) -> None:
         """Put the given loops, in the order given, into the positions they occupy."""

@@ -1,0 +1,130 @@
+"""Deciders answer the questions a sketch asks; a Trace records the answers.
+
+The same sketch code builds a schedule whoever answers: uniform random answers
+(sampling), recorded answers (replay), recorded answers with one redrawn (mutation), or
+a language model (tlmir.lm). Questions are named by what they decide ("tile C.i",
+"at pad", "unroll C"), never by stage or loop positions.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import random
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from ..errors import ScheduleError
+
+
+@functools.lru_cache(maxsize=4096)
+def factorizations(extent: int, parts: int, max_innermost: int) -> tuple[tuple[int, ...], ...]:
+    """Every way to write extent = f0 * ... * f{parts-1} with f{-1} <= max_innermost
+    (perfect tiles, outermost first)."""
+    def rec(n: int, k: int) -> list[tuple[int, ...]]:
+        if k == 1:
+            return [(n,)]
+        out = []
+        for d in range(1, n + 1):
+            if n % d == 0:
+                out += [(d,) + rest for rest in rec(n // d, k - 1)]
+        return out
+    return tuple(f for f in rec(extent, parts) if f[-1] <= max_innermost)
+
+
+def _jsonable(answer: Any) -> Any:
+    return list(answer) if isinstance(answer, tuple) else answer
+
+
+@dataclass
+class Trace:
+    """The complete, replayable description of a schedule: sketch + (question, answer)s."""
+    sketch: int
+    decisions: list = field(default_factory=list)
+
+    def answers(self) -> dict:
+        return dict(self.decisions)
+
+    def to_json(self) -> str:
+        return json.dumps({"sketch": self.sketch,
+                           "decisions": [[q, _jsonable(a)] for q, a in self.decisions]})
+
+    @classmethod
+    def from_json(cls, text: str) -> "Trace":
+        try:
+            d = json.loads(text)
+            return cls(int(d["sketch"]), [(str(q), tuple(a) if isinstance(a, list) else a)
+                                          for q, a in d["decisions"]])
+        except (ValueError, KeyError, TypeError) as e:
+            raise ScheduleError(f"unreadable trace: {e}: {text[:80]!r}") from None
+
+    def __str__(self) -> str:
+        parts = [f"sketch {self.sketch}"]
+        for q, a in self.decisions:
+            parts.append(f"{q} = {' '.join(map(str, a)) if isinstance(a, tuple) else a}")
+        return "; ".join(parts)
+
+
+class Decider:
+    """Base: asks `_decide` for each question and records (question, answer)."""
+
+    def __init__(self) -> None:
+        self.decisions: list = []
+
+    def tile(self, question: str, extent: int, parts: int, max_innermost: int) -> tuple[int, ...]:
+        return self.choice(question, factorizations(extent, parts, max_innermost))
+
+    def choice(self, question: str, options: Sequence) -> Any:
+        if not options:
+            raise ScheduleError(f"question {question!r} has no valid answer")
+        answer = self._decide(question, list(options))
+        self.decisions.append((question, answer))
+        return answer
+
+    def _decide(self, question: str, options: list) -> Any:
+        raise NotImplementedError
+
+
+class RandomDecider(Decider):
+    """Uniform over the valid options (paper Alg. 1 sampling; random search)."""
+
+    def __init__(self, rng: random.Random | int | None = None):
+        super().__init__()
+        self.rng = rng if isinstance(rng, random.Random) else random.Random(rng)
+
+    def _decide(self, question: str, options: list) -> Any:
+        return options[self.rng.randrange(len(options))]
+
+
+class ReplayDecider(Decider):
+    """The answers recorded in a trace; an answer the space does not offer is an error."""
+
+    def __init__(self, trace: Trace):
+        super().__init__()
+        self.recorded = trace.answers()
+        self.trace = trace
+
+    def _decide(self, question: str, options: list) -> Any:
+        if question not in self.recorded:
+            raise ScheduleError(f"trace has no answer for question {question!r} (sketch {self.trace.sketch})")
+        answer = self.recorded[question]
+        if answer not in options:
+            raise ScheduleError(f"trace answer {answer!r} for {question!r} is not a valid option")
+        return answer
+
+
+class MutateDecider(ReplayDecider):
+    """Replays a trace but redraws the answer to one question (evolutionary mutation).
+    `question=None` picks one at random among the trace's questions."""
+
+    def __init__(self, trace: Trace, rng: random.Random | int | None = None, question: str | None = None):
+        super().__init__(trace)
+        self.rng = rng if isinstance(rng, random.Random) else random.Random(rng)
+        names = [q for q, _ in trace.decisions]
+        self.target = question if question is not None else (self.rng.choice(names) if names else None)
+
+    def _decide(self, question: str, options: list) -> Any:
+        old = self.recorded.get(question)
+        if question == self.target or old not in options:
+            others = [o for o in options if o != old] or options
+            return others[self.rng.randrange(len(others))]
+        return old

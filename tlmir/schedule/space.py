@@ -1,0 +1,286 @@
+"""The schedule space of a task: Ansor's CPU derivation rules as sketches that ask questions.
+
+A sketch is plain data — one rule per stage, chosen output-first:
+  inline          compute_inline (strictly inlinable stages)
+  skip            keep the stage; its innermost spatial loop is split for vectorization
+  tile            multi-level tiling SSRSRS
+  tile_fuse L     tiling, with the single element-wise consumer following the tiles and
+                  the stage computed at the consumer's level-L loop (L = 1, 2)
+  cache_write L   cache_write(local); the local stage is tiled and fused at level L into
+                  the copy-out stage
+  rfactor V       reduction loops fused, split in two, rfactor on the outer (V=0) or
+                  inner (V=1) part
+`build_schedule` applies a sketch and asks the Decider every question (tile sizes,
+then compute locations, parallel, vectorize and unroll per stage, consumers first), so
+sampling, replay, mutation and LM generation are one code path.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import random
+
+from ..errors import ScheduleError
+from ..ir.dag import ComputeDAG
+from ..runtime.target import HardwareParams, SearchParams
+from .decider import Decider, MutateDecider, RandomDecider, ReplayDecider, Trace
+from .schedule import Schedule, Stage, create_schedule
+
+
+@dataclass(frozen=True)
+class Sketch:
+    rules: tuple  # ((stage_name, rule, arg), ...) output-first
+
+    def rule_of(self, name: str) -> tuple | None:
+        return next(((r, a) for s, r, a in self.rules if s == name), None)
+
+    def __str__(self) -> str:
+        return ", ".join(f"{s}:{r}{'' if a is None else a}" for s, r, a in self.rules)
+
+
+# ------------------------------------------------------------------- sketch generation
+
+def _elementwise_consumer(dag: ComputeDAG, name: str, inlined: set) -> str | None:
+    """The single consumer (seen through inlined stages) that reads `name` element-wise
+    with the same shape, or None (Ansor's HasSingleElementwiseMatchedConsumer)."""
+    me = dag[name]
+    found: list[str] = []
+
+    def walk(producer: str) -> bool:
+        for c in dag[producer].consumers:
+            facts = dag[c]
+            acc = next(a for a in facts.reads if a.tensor == producer)
+            if not acc.simple or acc.missing_spatial or facts.op.shape != me.op.shape:
+                return False
+            if c in inlined:
+                if not walk(c):
+                    return False
+            elif c not in found:
+                found.append(c)
+        return True
+
+    ok = walk(name)
+    return found[0] if ok and len(found) == 1 else None
+
+
+def _needs_rfactor(facts, hw: HardwareParams, sp: SearchParams) -> bool:
+    if facts.kind != "reduction":
+        return False
+    space = 1
+    for a in facts.op.axis:
+        space *= a.extent
+    red = 1
+    for a in facts.op.reduce_axis:
+        red *= a.extent
+    if facts.needs_multi_level_tiling:
+        return space <= red and space <= sp.parallel_factor * hw.cores
+    return red > hw.cores
+
+
+def generate_sketches(outputs, hw: HardwareParams, sp: SearchParams) -> list[Sketch]:
+    """All sketches of a computation, in a deterministic order."""
+    dag = ComputeDAG(outputs)
+    stages = [s for s in reversed(dag.stages) if s.kind != "placeholder"]
+    partial: list[tuple] = [()]
+    for facts in stages:
+        grown = []
+        for rules in partial:
+            done = {s: r for s, r, _ in rules}
+            inlined = {s for s, r in done.items() if r == "inline"}
+            for rule, arg in _stage_rules(dag, facts, inlined, done, hw, sp):
+                grown.append(rules + ((facts.name, rule, arg),))
+        partial = grown
+    return [Sketch(r) for r in partial]
+
+
+def _stage_rules(dag, facts, inlined, done, hw, sp) -> list[tuple]:
+    if facts.strictly_inlinable and not facts.is_output:
+        return [("inline", None)]
+    out = []
+    if _needs_rfactor(facts, hw, sp):
+        out += [("rfactor", 0), ("rfactor", 1)]
+    if facts.needs_multi_level_tiling:
+        consumer = _elementwise_consumer(dag, facts.name, inlined)
+        fusable = consumer is not None and done.get(consumer) == "skip"
+        if not fusable:
+            out += [("cache_write", 1), ("cache_write", 2)]
+            return out + [("tile", None)]
+        return out + [("tile_fuse", 1), ("tile_fuse", 2), ("tile", None)]
+    return out + [("skip", None)]
+
+
+# ------------------------------------------------------------------- sketch application
+
+class _Builder:
+    def __init__(self, outputs, sketch: Sketch, ask: Decider, hw: HardwareParams, sp: SearchParams):
+        self.s: Schedule = create_schedule(outputs)
+        self.dag = ComputeDAG(outputs)
+        self.inlined = {s for s, r, _ in sketch.rules if r == "inline"}
+        self.sketch, self.ask, self.hw, self.sp = sketch, ask, hw, sp
+        self.tiled: set[str] = set()      # stages with multi-level tiling (no more annotation)
+        self.followers: set[str] = set()  # consumers that follow a producer's tiles
+
+    def run(self) -> Schedule:
+        fused_into = {self._consumer_of(s): s for s, r, _ in self.sketch.rules if r == "tile_fuse"}
+        for name, rule, arg in self.sketch.rules:
+            st = self.s.stage(name)
+            if rule == "inline":
+                st.compute_inline()
+            elif rule == "skip" and name not in fused_into:
+                self._split_for_vector(st)
+            elif rule == "tile":
+                self._tile(st)
+            elif rule == "tile_fuse":
+                self._tile_fuse(st, self.s.stage(self._consumer_of(name)), arg)
+            elif rule == "cache_write":
+                local = self.s[self.s.cache_write(st.op.output(), "local")]
+                self._tile_fuse(local, st, arg)
+            elif rule == "rfactor":
+                self._rfactor(st, arg)
+        for st in reversed(self.s.stages):
+            if not st.is_placeholder and st.attach[0] != "inline":
+                self._annotate(st)
+        return self.s
+
+    def _consumer_of(self, name: str) -> str:
+        return _elementwise_consumer(self.dag, name, self.inlined)
+
+    # --- structure
+    def _split(self, st: Stage, iv, factors) -> list:
+        """Split `iv` into len(factors) loops with these extents, outermost first."""
+        ivs, cur = [], iv
+        for f in reversed(factors[1:]):
+            cur, inner = st.split(cur, factor=f)
+            ivs.insert(0, inner)
+        return [cur] + ivs
+
+    def _split_for_vector(self, st: Stage) -> None:
+        sp = st.op.axis
+        if sp[-1].extent > 1:
+            outer, inner = self._split(st, sp[-1], self.ask.tile(
+                f"tile {st.name}.{sp[-1].name}", sp[-1].extent, 2, self.sp.max_vector_len))
+            if st.op.reduce_axis:
+                st.reorder(*(list(sp[:-1]) + [outer] + list(st.op.reduce_axis) + [inner]))
+
+    def _tile(self, st: Stage) -> list[tuple]:
+        """SSRSRS multi-level tiling; returns each spatial axis's factors."""
+        levels = [[] for _ in range(4)]
+        rlevels = [[], []]
+        factors = []
+        for a in st.op.axis:
+            f = self.ask.tile(f"tile {st.name}.{a.name}", a.extent, 4, self.sp.max_innermost_factor)
+            for lvl, iv in zip(levels, self._split(st, a, f)):
+                lvl.append(iv)
+            factors.append(f)
+        for a in st.op.reduce_axis:
+            f = self.ask.tile(f"tile {st.name}.{a.name}", a.extent, 2, self.sp.max_innermost_factor)
+            for lvl, iv in zip(rlevels, self._split(st, a, f)):
+                lvl.append(iv)
+        st.reorder(*(levels[0] + levels[1] + rlevels[0] + levels[2] + rlevels[1] + levels[3]))
+        self.tiled.add(st.name)
+        return factors
+
+    def _tile_fuse(self, st: Stage, consumer: Stage, level: int) -> None:
+        factors = self._tile(st)
+        parts = []
+        for a, f in zip(consumer.op.axis, factors):
+            follow = (f[0], f[1] * f[2] * f[3]) if level == 1 else (f[0], f[1], f[2] * f[3])
+            parts.append(self._split(consumer, a, follow))
+        order = [p[k] for k in range(level + 1) for p in parts]
+        consumer.reorder(*order)
+        st.compute_at(consumer, parts[-1][level - 1])
+        self.followers.add(consumer.name)
+
+    def _rfactor(self, st: Stage, variant: int) -> None:
+        red = list(st.op.reduce_axis)
+        r = st.fuse(*red) if len(red) > 1 else red[0]
+        f = self.ask.tile(f"tile {st.name}.{r.name}", r.extent, 2, self.sp.max_innermost_factor)
+        ro, ri = self._split(st, r, f)
+        rf = self.s[self.s.rfactor(st.op.output(), ri if variant else ro)]
+        fa, *spatial = rf.op.axis
+        rf.reorder(*(spatial + list(rf.op.reduce_axis) + [fa]))
+
+    # --- annotations (consumers first)
+    def _annotate(self, st: Stage) -> None:
+        if st.attach[0] == "root" and st.name not in self.tiled and st.name not in self.followers:
+            self._location(st)
+        if st.attach[0] == "inline":
+            return
+        if st.attach[0] == "root":
+            self._parallel(st)
+        self._vectorize(st)
+        st.pragma(st.leaf_iter_vars[0], "auto_unroll_max_step",
+                  self.ask.choice(f"unroll {st.name}", self.sp.unroll_steps))
+
+    def _location(self, st: Stage) -> None:
+        if st.origin_op in self.s.outputs:
+            return
+        readers = self.s.readers_of(st)
+        options = ["root"]
+        if not st.op.reduce_axis:
+            options.append("inline")
+        if len(readers) == 1 and readers[0].attach[0] != "inline":
+            options += [f"{readers[0].name}.{iv.name}" for iv in readers[0].leaf_iter_vars
+                        if readers[0].iter_kind.get(iv) != "vectorized"]
+        where = self.ask.choice(f"at {st.name}", options)
+        if where == "inline":
+            st.compute_inline()
+        elif where != "root":
+            parent = readers[0]
+            st.compute_at(parent, parent.find(where[len(parent.name) + 1:]))
+
+    def _parallel(self, st: Stage) -> None:
+        loops = st.leaf_iter_vars
+        limit = self.sp.parallel_factor * self.hw.cores
+        k, prod = 0, 1
+        while k < len(loops) and loops[k].kind == "spatial" and prod < limit:
+            prod *= loops[k].extent
+            k += 1
+            if self._attached_at(st, loops[k - 1]):  # may end a fuse, never sit inside one
+                break
+        if k == 0:
+            return
+        n = self.ask.choice(f"parallel {st.name}", list(range(1, k + 1)))
+        st.parallel(st.fuse(*loops[:n]) if n > 1 else loops[0])
+
+    def _vectorize(self, st: Stage) -> None:
+        last = st.leaf_iter_vars[-1]
+        if (last.kind == "spatial" and 1 < last.extent <= self.sp.max_vector_len
+                and st.iter_kind.get(last) is None and not self._attached_at(st, last)):
+            if self.ask.choice(f"vec {st.name}", [0, 1]):
+                st.vectorize(last)
+
+    def _attached_at(self, st: Stage, iv) -> bool:
+        return any(x.attach[0] == "at" and x.attach[1] is st and x.attach[2] is iv for x in self.s.stages)
+
+
+def build_schedule(outputs, sketch: Sketch, ask: Decider, hw: HardwareParams,
+                   sp: SearchParams) -> Schedule:
+    """Apply `sketch`, asking `ask` every question."""
+    return _Builder(outputs, sketch, ask, hw, sp).run()
+
+
+class SearchSpace:
+    """The sketches of one computation and the ways to turn answers into schedules."""
+
+    def __init__(self, outputs, hw: HardwareParams | None = None, sp: SearchParams | None = None):
+        from ..runtime.target import host_hardware
+        self.outputs = list(outputs)
+        self.hw = hw or host_hardware()
+        self.sp = sp or SearchParams()
+        self.sketches = generate_sketches(self.outputs, self.hw, self.sp)
+
+    def apply(self, sketch_id: int, ask: Decider) -> tuple[Schedule, Trace]:
+        if not 0 <= sketch_id < len(self.sketches):
+            raise ScheduleError(f"sketch {sketch_id} does not exist (the space has {len(self.sketches)})")
+        sch = build_schedule(self.outputs, self.sketches[sketch_id], ask, self.hw, self.sp)
+        return sch, Trace(sketch_id, list(ask.decisions))
+
+    def sample(self, rng: random.Random) -> tuple[Schedule, Trace]:
+        return self.apply(rng.randrange(len(self.sketches)), RandomDecider(rng))
+
+    def replay(self, trace: Trace) -> Schedule:
+        return self.apply(trace.sketch, ReplayDecider(trace))[0]
+
+    def mutate(self, trace: Trace, rng: random.Random) -> tuple[Schedule, Trace]:
+        return self.apply(trace.sketch, MutateDecider(trace, rng))

@@ -1,0 +1,1 @@
+"""Auto-scheduling search: program features, the learned cost model, and the search itself."""

@@ -1,0 +1,130 @@
+"""`Net`: collects a network's fused subgraphs as tuning tasks, merging identical ones.
+
+Each `Net` method adds one fused subgraph (an op of tlmir.ops) `times` times and, for the
+layer kinds that change the activation shape, returns the output's shape, so a network is
+written as a walk over its layer table. Identical subgraphs (same `Task.key`) are merged
+into one task whose weight is the number of occurrences, as Ansor/TLM task extraction does.
+
+Task names spell out the subgraph: op (with its fused epilogue), then shapes, e.g.
+``conv2d_bias_relu_1x64x56x56_k64_3x3_s1_p1`` (N x C x H x W input, K output channels,
+R x S kernel, stride, padding, ``_g32`` for groups), ``dense_bias_gelu_m128_n3072_k768``
+(X: M x K, W: N x K), ``batch_matmul_b12_m128_n128_k64``, ``softmax_1536x128``.
+"""
+from __future__ import annotations
+
+from .. import ops
+from ..ops.base import OpDef
+from ..runtime.task import Task
+
+
+def _hw(v) -> str:
+    """'3' for 3 or (3, 3), '1x7' for (1, 7)."""
+    if isinstance(v, (tuple, list)):
+        return str(v[0]) if v[0] == v[1] else f"{v[0]}x{v[1]}"
+    return str(v)
+
+
+def _pair(v) -> tuple[int, int]:
+    return (v[0], v[1]) if isinstance(v, (tuple, list)) else (v, v)
+
+
+def _shape(shape) -> str:
+    return "x".join(str(s) for s in shape)
+
+
+class Net:
+    """The task list of one network under construction (batch size `n` for the CNN helpers)."""
+
+    def __init__(self, n: int = 1):
+        self.n = n
+        self._tasks: dict[str, list] = {}   # key -> [Task, weight]; insertion-ordered
+
+    def op(self, op: OpDef, name: str, times: float = 1) -> None:
+        """Add the OpDef `op` as a task named `name`, occurring `times` times."""
+        task = Task.from_op(op, name=name)
+        if task.key in self._tasks:
+            self._tasks[task.key][1] += times
+        else:
+            self._tasks[task.key] = [task, times]
+
+    def tasks(self) -> list[tuple[Task, float]]:
+        out = []
+        for task, w in self._tasks.values():
+            task.weight = float(w)
+            out.append((task, float(w)))
+        return out
+
+    # ------------------------------------------------------------ CNN layers (NCHW)
+
+    def conv(self, c: int, h: int, w: int, k: int, kernel, stride=1, padding=0, groups: int = 1,
+             relu: bool = True, times: float = 1) -> tuple[int, int, int]:
+        """conv (+ folded-BN bias + ReLU when `relu`, else the plain conv); returns (k, p, q)."""
+        r, s = _pair(kernel)
+        fn = ops.conv2d_bias_relu if relu else ops.conv2d_nchw
+        op = fn(self.n, c, h, w, k, r, s, stride=stride, padding=padding, groups=groups)
+        name = (f"{op.name}_{self.n}x{c}x{h}x{w}_k{k}_{r}x{s}_s{_hw(stride)}_p{_hw(padding)}"
+                + (f"_g{groups}" if groups > 1 else ""))
+        self.op(op, name, times)
+        return (k,) + tuple(op.outputs[0].shape[2:])
+
+    def depthwise(self, c: int, h: int, w: int, kernel=3, stride=1, padding=1,
+                  times: float = 1) -> tuple[int, int, int]:
+        r, s = _pair(kernel)
+        op = ops.depthwise_conv2d_nchw(self.n, c, h, w, r, s, stride=stride, padding=padding)
+        self.op(op, f"depthwise_conv2d_{self.n}x{c}x{h}x{w}_{r}x{s}_s{_hw(stride)}"
+                     f"_p{_hw(padding)}", times)
+        return (c,) + tuple(op.outputs[0].shape[2:])
+
+    def conv_transpose(self, c: int, h: int, w: int, k: int, kernel, stride=1, padding=0,
+                       act: str | None = "relu", bias: bool = True,
+                       times: float = 1) -> tuple[int, int, int]:
+        r, s = _pair(kernel)
+        op = ops.conv2d_transpose_nchw(self.n, c, h, w, k, r, s, stride=stride, padding=padding,
+                                       bias=bias, act=act)
+        epi = ("_bias" if bias else "") + (f"_{act}" if act else "")
+        self.op(op, f"conv2d_transpose{epi}_{self.n}x{c}x{h}x{w}_k{k}_{r}x{s}_s{_hw(stride)}"
+                     f"_p{_hw(padding)}", times)
+        return (k,) + tuple(op.outputs[0].shape[2:])
+
+    def pool(self, kind: str, c: int, h: int, w: int, kernel, stride=None, padding=0,
+             times: float = 1) -> tuple[int, int, int]:
+        """kind 'max' or 'avg'; stride defaults to the kernel."""
+        fn = ops.max_pool2d if kind == "max" else ops.avg_pool2d
+        stride = kernel if stride is None else stride
+        op = fn(self.n, c, h, w, kernel=kernel, stride=stride, padding=padding)
+        self.op(op, f"{op.name}_{self.n}x{c}x{h}x{w}_{_hw(kernel)}_s{_hw(stride)}"
+                     f"_p{_hw(padding)}", times)
+        return (c,) + tuple(op.outputs[0].shape[2:])
+
+    def global_pool(self, c: int, h: int, w: int) -> tuple[int, int, int]:
+        return self.pool("avg", c, h, w, (h, w) if h != w else h)
+
+    # ------------------------------------------------------------ dense / attention
+
+    def dense(self, m: int, n: int, k: int, bias: bool = True, act: str | None = None,
+              times: float = 1) -> None:
+        op = ops.dense(m, n, k, bias=bias, act=act)
+        epi = ("_bias" if bias else "") + (f"_{act}" if act else "")
+        self.op(op, f"dense{epi}_m{m}_n{n}_k{k}", times)
+
+    def batch_matmul(self, b: int, m: int, n: int, k: int, times: float = 1) -> None:
+        self.op(ops.batch_matmul(b, m, n, k), f"batch_matmul_b{b}_m{m}_n{n}_k{k}", times)
+
+    def softmax(self, m: int, n: int, times: float = 1) -> None:
+        self.op(ops.softmax(m, n), f"softmax_{m}x{n}", times)
+
+    def layernorm(self, m: int, n: int, eps: float, times: float = 1) -> None:
+        self.op(ops.layernorm(m, n, eps=eps), f"layernorm_{m}x{n}_eps{eps:g}", times)
+
+    def rmsnorm(self, m: int, n: int, eps: float, times: float = 1) -> None:
+        self.op(ops.rmsnorm(m, n, eps=eps), f"rmsnorm_{m}x{n}_eps{eps:g}", times)
+
+    # ------------------------------------------------------------ element-wise
+
+    def residual(self, shape, relu: bool = False, times: float = 1) -> None:
+        """Residual add (`add_relu` when a ReLU follows it, as in ResNet)."""
+        op = ops.add_relu(tuple(shape)) if relu else ops.add(tuple(shape))
+        self.op(op, f"{op.name}_{_shape(shape)}", times)
+
+    def silu_mul(self, m: int, n: int, times: float = 1) -> None:
+        self.op(ops.silu_mul(m, n), f"silu_mul_{m}x{n}", times)
