@@ -62,10 +62,8 @@ STORE_FEATURES: tuple[tuple[str, bool], ...] = (
     ("iters", True),             # product of the enclosing loop extents
     ("depth", False),            # number of enclosing loops
     ("inner_extent", True),      # innermost loop extent
-    ("inner2_iters", True),      # product of the two innermost extents
     # vectorization
     ("vec_len", True),           # extent of the innermost vectorized loop (0 if none)
-    ("vec_prod", True),          # product of vectorized extents
     ("vec_innermost", False),    # the vectorized loop is the store's innermost loop
     ("vec_effective", False),    # ... and the code generator can emit it as SIMD
     ("vec_lane_util", False),    # min(vec_len, hw_lanes) / hw_lanes
@@ -84,7 +82,6 @@ STORE_FEATURES: tuple[tuple[str, bool], ...] = (
     ("work_per_task", True),     # iterations per parallel task
     # guards
     ("guards", False),           # enclosing IfThenElse count
-    ("guarded_iters", True),
     # the buffer written
     ("st_stride", True),         # |stride| in the innermost loop (unknown: buffer size)
     ("st_contig", False),
@@ -101,7 +98,6 @@ STORE_FEATURES: tuple[tuple[str, bool], ...] = (
     ("ld_contig_frac", False),
     ("ld_reuse_frac", False),    # loads with stride 0 in the innermost loop
     ("ld_strided_frac", False),  # loads with |stride| > 1 or irregular
-    ("ld_unknown_frac", False),  # loads with a non-affine index
     ("ld_local_frac", False),
     ("ld_reuse_ct_min", True),
     ("ld_reuse_dis_iter_max", True),
@@ -110,7 +106,6 @@ STORE_FEATURES: tuple[tuple[str, bool], ...] = (
     ("fp_inner1", True),
     ("fp_inner2", True),
     ("fp_inner3", True),
-    ("fp_inner4", True),
     ("fp_all", True),
     ("iters_in_l1", True),       # iterations of the deepest inner loops whose footprint fits L1
     ("traffic_l1", True),        # estimated bytes from beyond L1
@@ -354,15 +349,12 @@ class _Walker:
         f[ix["iters"]] = iters
         f[ix["depth"]] = depth
         f[ix["inner_extent"]] = exts[-1] if depth else 0.0
-        f[ix["inner2_iters"]] = (exts[-1] * (exts[-2] if depth > 1 else 1.0)) if depth else 0.0
 
         # vectorization
         vpos = -1
-        vprod = 1.0
         for k, lp in enumerate(loops):
             if lp[2] == "vectorized":
                 vpos = k
-                vprod *= lp[1]
         if vpos >= 0:
             vlen = loops[vpos][1]
             innermost = vpos == depth - 1
@@ -371,7 +363,6 @@ class _Walker:
                 v = loops[vpos][0]
                 eff = not any(a.coef[vpos] != 0.0 for a in lds) and not _depends(s.value, v)
             f[ix["vec_len"]] = vlen
-            f[ix["vec_prod"]] = vprod
             f[ix["vec_innermost"]] = float(innermost)
             f[ix["vec_effective"]] = float(eff)
             f[ix["vec_lane_util"]] = min(vlen, self.hw_lanes) / self.hw_lanes
@@ -404,7 +395,6 @@ class _Walker:
         f[ix["par_outer_depth"]] = pdepth
         f[ix["work_per_task"]] = iters / pouter if pouter else iters
         f[ix["guards"]] = self.guards
-        f[ix["guarded_iters"]] = iters if self.guards else 0.0
 
         # accesses
         def stride(a: _Access) -> float:
@@ -453,14 +443,13 @@ class _Walker:
             f[ix["ld_contig_frac"]] = sum(1 for x in strides if x == 1.0) / nl
             f[ix["ld_reuse_frac"]] = sum(1 for x in strides if x == 0.0) / nl
             f[ix["ld_strided_frac"]] = sum(1 for x in strides if x > 1.0) / nl
-            f[ix["ld_unknown_frac"]] = sum(1 for a in lds if any(c != c for c in a.coef)) / nl
             f[ix["ld_local_frac"]] = sum(1 for a in lds if a.local) / nl
             rs = [reuse(a) for a in lds]
             f[ix["ld_reuse_ct_min"]] = min(r[0] for r in rs)
             f[ix["ld_reuse_dis_iter_max"]] = max(r[1] for r in rs)
             f[ix["ld_reuse_dis_bytes_max"]] = max(fp[r[2]] if r[2] >= 0 else 0.0 for r in rs)
 
-        for k in (1, 2, 3, 4):
+        for k in (1, 2, 3):
             f[ix[f"fp_inner{k}"]] = fp[min(k, depth)]
         f[ix["fp_all"]] = fp[depth]
         # deepest inner level fitting each cache; traffic = its footprint x outer iterations

@@ -1,0 +1,80 @@
+"""The schedule space: sketch counts, sampling, exact trace round trips, mutation."""
+import random
+
+import numpy as np
+import pytest
+
+import tlmir
+from tlmir import ops
+from tlmir.errors import ScheduleError
+from tlmir.runtime.target import HardwareParams
+from tlmir.schedule.decider import MutateDecider, ReplayDecider, Trace, factorizations
+from tlmir.schedule.space import SearchSpace
+
+from test_ops_schedules import CASES
+
+HW2 = HardwareParams(cores=2)
+
+
+@pytest.mark.parametrize("op, hw, count", [
+    (ops.matmul(512, 512, 512), HW2, 3),                      # tile; cache-write fused at level 1, 2
+    (ops.matmul(8, 8, 512), HardwareParams(cores=4), 5),      # + two rfactor variants
+    (ops.matmul(8, 8, 512), HW2, 3),                          # 64 outputs > 16 x 2 cores: no rfactor
+    (ops.conv2d_bias_relu(1, 64, 56, 56, 64, 3, 3, padding=1), HW2, 3),
+    (ops.softmax(128, 3072), HW2, 9),
+])
+def test_ansor_sketch_counts(op, hw, count):
+    assert len(SearchSpace(op.outputs, hw).sketches) == count
+
+
+def test_factorizations_respect_innermost_limit():
+    f = factorizations(12, 3, 4)
+    assert all(a * b * c == 12 and c <= 4 for a, b, c in f)
+    assert (1, 3, 4) in f and (1, 1, 12) not in f and len(set(f)) == len(f)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_random_traces_compile_match_and_round_trip(name):
+    op = ops.make(name, **CASES[name])
+    space = SearchSpace(op.outputs, HW2)
+    rng = random.Random(7)
+    ins = op.random_inputs(0)
+    want = op.run_reference(*ins)
+    for _ in range(4):
+        sch, trace = space.sample(rng)
+        func = tlmir.lower(sch, op.args)
+        outs = op.empty_outputs()
+        tlmir.build(sch, op.args)(*ins, *outs)
+        for got, w in zip(outs, want):
+            np.testing.assert_allclose(got, w, rtol=1e-4, atol=1e-4, err_msg=str(trace))
+        again = Trace.from_json(trace.to_json())
+        assert again == trace
+        sch2, trace2 = space.apply(again.sketch, ReplayDecider(again))
+        assert trace2 == trace and str(tlmir.lower(sch2, op.args)) == str(func)
+
+
+def test_mutation_changes_exactly_one_answer_when_possible():
+    op = ops.matmul(64, 64, 64)
+    space = SearchSpace(op.outputs, HW2)
+    rng = random.Random(3)
+    _, trace = space.sample(rng)
+    q = trace.decisions[0][0]
+    _, mutated = space.apply(trace.sketch, MutateDecider(trace, rng, question=q))
+    diff = [a for a, b in zip(trace.decisions, mutated.decisions) if a != b]
+    assert [d[0] for d in diff] == [q]
+
+
+def test_bad_traces_are_rejected():
+    op = ops.matmul(64, 64, 64)
+    space = SearchSpace(op.outputs, HW2)
+    _, trace = space.sample(random.Random(0))
+    q, a = trace.decisions[0]
+    bad = Trace(trace.sketch, [(q, (3, 3, 3, 3))] + trace.decisions[1:])
+    with pytest.raises(ScheduleError, match="not a valid option"):
+        space.replay(bad)
+    with pytest.raises(ScheduleError, match="no answer"):
+        space.replay(Trace(trace.sketch, trace.decisions[1:]))
+    with pytest.raises(ScheduleError, match="sketch 99"):
+        space.replay(Trace(99, trace.decisions))
+    with pytest.raises(ScheduleError, match="unreadable trace"):
+        Trace.from_json("{")
