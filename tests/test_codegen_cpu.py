@@ -337,9 +337,9 @@ def test_benchmark_returns_timing():
 
 
 def test_kernel_name_clashing_with_runtime_function():
-    f = elementwise("serial", 4, lambda i, A: Call("tanh", [Load(A, i)], "float32"))
-    f.name = "tanhf"
-    with pytest.raises(BuildError, match="tanhf"):
+    f = elementwise("serial", 4, lambda i, A: Call("tanh", [Load(A, i)], "float64"), dtype="float64")
+    f.name = "tanh"
+    with pytest.raises(BuildError, match="tanh"):
         compile_func(f)
 
 

@@ -106,7 +106,7 @@ def densenet(blocks=(6, 12, 24, 16), growth: int = 32, init: int = 64, n: int = 
     c, h, w = net.pool("max", c, h, w, 3, stride=2, padding=1)
     for i, layers in enumerate(blocks):
         for j in range(layers):
-            k, p, q = net.conv(c + j * growth, h, w, 4 * growth, 1)         # BN-ReLU-conv1x1, BN-ReLU
+            k, p, q = net.conv(c + j * growth, h, w, 4 * growth, 1)         # 1x1 then BN-ReLU
             net.conv(k, p, q, growth, 3, padding=1, relu=False)              # conv3x3 -> concat
         c += layers * growth
         if i < len(blocks) - 1:                                              # transition

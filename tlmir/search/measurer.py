@@ -1,0 +1,68 @@
+"""Measure candidates of a task in an isolated worker, with the task's arrays sent once.
+
+The parent lowers (pure Python, cannot crash); the worker compiles, runs, verifies
+against the reference and times. A crash or hang costs that candidate only: the worker
+is restarted and the task's arrays are sent again.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.stmt import PrimFunc
+from ..runtime.measure import MeasureResult, measure_in_process
+from ..runtime.task import Task
+from ..runtime.worker import Worker
+
+_TASK_ARRAYS: dict = {}  # worker side: task key -> (inputs, expected outputs)
+
+
+def _load(key: str, inputs: list, expected: list) -> bool:
+    _TASK_ARRAYS.clear()  # one task's arrays at a time keeps the worker small
+    _TASK_ARRAYS[key] = (inputs, expected)
+    return True
+
+
+def _measure(key: str, func: PrimFunc, repeat: int, num_threads: int | None):
+    if key not in _TASK_ARRAYS:
+        return None
+    inputs, expected = _TASK_ARRAYS[key]
+    scale = max((float(np.abs(e).max()) for e in expected if e.size), default=1.0)
+    return measure_in_process(func, inputs, expected, rtol=1e-3, atol=1e-4 * (1.0 + scale),
+                              repeat=repeat, num_threads=num_threads)
+
+
+class Measurer:
+    """Builds, verifies and times candidate programs out of process."""
+
+    def __init__(self, timeout: float = 30.0, repeat: int = 5, num_threads: int | None = None):
+        self.timeout, self.repeat, self.num_threads = timeout, repeat, num_threads
+        self.worker = Worker(preload=("numpy", "llvmlite", "tlmir.codegen_cpu"))
+        self._loaded: str | None = None
+        self._arrays: dict = {}
+
+    def arrays(self, task: Task) -> tuple[list, list]:
+        if task.key not in self._arrays:
+            inputs = task.random_inputs(seed=0)
+            self._arrays = {task.key: (inputs, task.reference_outputs(inputs))}
+        return self._arrays[task.key]
+
+    def measure(self, task: Task, func: PrimFunc) -> MeasureResult:
+        for _ in range(2):
+            if self._loaded != task.key:
+                res = self.worker.run(_load, task.key, *self.arrays(task), timeout=self.timeout)
+                if not res.ok:
+                    return MeasureResult(False, error=f"loading task arrays: {res.error}", kind=res.kind)
+                self._loaded = task.key
+            res = self.worker.run(_measure, task.key, func, self.repeat, self.num_threads,
+                                  timeout=self.timeout)
+            if res.ok and res.value is not None:
+                return res.value
+            if not res.ok:
+                if res.kind in ("crash", "timeout"):
+                    self._loaded = None  # the worker restarted without the arrays
+                return MeasureResult(False, error=res.error, kind=res.kind)
+            self._loaded = None
+        return MeasureResult(False, error="worker lost the task arrays twice", kind="error")
+
+    def close(self) -> None:
+        self.worker.close()

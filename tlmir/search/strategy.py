@@ -1,0 +1,144 @@
+"""Search strategies: which traces of a task's space to measure next.
+
+`propose(n)` returns up to n candidates not measured before; `update` feeds back what
+was measured. Evolutionary search is Ansor's: a population from the best measured
+traces plus fresh samples, evolved by mutation (one answer redrawn) with selection by a
+learned cost model over program features, then ε-greedy: most of a round is the
+model's top picks, the rest random samples.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import TlmirError
+from ..ir.stmt import PrimFunc
+from ..schedule.decider import Trace
+from ..schedule.lower import lower
+from ..schedule.space import SearchSpace
+from .cost_model import CostModel
+from .features import program_features
+
+
+@dataclass
+class Candidate:
+    trace: Trace
+    func: PrimFunc | None
+    error: str | None = None
+
+    @property
+    def key(self) -> str:
+        return self.trace.to_json()
+
+
+def make_candidate(space: SearchSpace, args, sch_trace) -> Candidate:
+    sch, trace = sch_trace
+    try:
+        return Candidate(trace, lower(sch, args))
+    except TlmirError as e:  # a schedule the space offers but lowering refuses: a failed trial
+        return Candidate(trace, None, f"{type(e).__name__}: {e}")
+
+
+class RandomSearch:
+    name = "random"
+
+    def __init__(self, space: SearchSpace, args, seed: int = 0):
+        self.space, self.args = space, args
+        self.rng = random.Random(seed)
+        self.seen: set[str] = set()
+
+    def _sample(self, n: int, exclude: set) -> list[Candidate]:
+        """Up to n random candidates, distinct and not in `exclude`."""
+        out: dict[str, Candidate] = {}
+        for _ in range(n * 20):
+            if len(out) == n:
+                break
+            cand = make_candidate(self.space, self.args, self.space.sample(self.rng))
+            if cand.key not in exclude:
+                out.setdefault(cand.key, cand)
+        return list(out.values())
+
+    def propose(self, n: int) -> list[Candidate]:
+        picks = self._sample(n, self.seen)
+        self.seen.update(c.key for c in picks)
+        return picks
+
+    def update(self, measured: list[tuple[Candidate, float | None]]) -> None:
+        self.seen.update(c.key for c, _ in measured)
+
+
+class EvolutionarySearch(RandomSearch):
+    name = "evolutionary"
+
+    def __init__(self, space: SearchSpace, args, seed: int = 0, model: CostModel | None = None):
+        super().__init__(space, args, seed)
+        self.sp = space.sp
+        self.model = model or CostModel(seed=seed)
+        self.measured: list[tuple[Candidate, float]] = []  # (candidate, throughput 1/s; 0 if failed)
+        self._feat: dict[str, np.ndarray] = {}
+
+    def _features(self, cands: list[Candidate]) -> np.ndarray:
+        rows = []
+        for c in cands:
+            if c.key not in self._feat:
+                self._feat[c.key] = (program_features(c.func, self.space.hw.vector_lanes) if c.func is not None
+                                     else None)
+            rows.append(self._feat[c.key])
+        dim = next((r.shape[0] for r in rows if r is not None), 1)
+        return np.stack([r if r is not None else np.zeros(dim, np.float32) for r in rows])
+
+    def _scores(self, cands: list[Candidate]) -> np.ndarray:
+        if not cands:
+            return np.zeros(0)
+        scores = np.asarray(self.model.predict(self._features(cands)), dtype=float)
+        scores[[c.func is None for c in cands]] = -np.inf
+        return scores
+
+    def propose(self, n: int) -> list[Candidate]:
+        pop_size = self.sp.population
+        best = sorted(self.measured, key=lambda m: -m[1])[: pop_size // 2]
+        pop = [c for c, t in best if t > 0]
+        pop += self._sample(pop_size - len(pop), {c.key for c in pop})
+        pool = {c.key: c for c in pop}
+        for _ in range(self.sp.evolution_iters):
+            scores = self._scores(pop)
+            finite = np.where(np.isfinite(scores), scores, np.nan)
+            if np.all(np.isnan(finite)):
+                break
+            w = np.nan_to_num(finite - np.nanmin(finite) + 1e-3, nan=0.0)
+            children = []
+            for _ in range(pop_size):
+                parent = pop[self.rng.choices(range(len(pop)), weights=w)[0]]
+                if parent.func is None or self.rng.random() > self.sp.mutation_prob:
+                    continue
+                child = make_candidate(self.space, self.args, self.space.mutate(parent.trace, self.rng))
+                if child.key not in pool:
+                    pool[child.key] = child
+                    children.append(child)
+            merged = pop + children
+            order = np.argsort(-self._scores(merged), kind="stable")
+            pop = [merged[i] for i in order[:pop_size]]
+        fresh = [c for c in pool.values() if c.key not in self.seen]
+        ranked = [fresh[i] for i in np.argsort(-self._scores(fresh), kind="stable")]
+        n_random = max(1, int(round(n * self.sp.eps_greedy))) if len(ranked) > n else 0
+        picks = ranked[: n - n_random]
+        rest = ranked[n - n_random:]
+        self.rng.shuffle(rest)
+        picks += rest[:n_random]
+        self.seen.update(c.key for c in picks)
+        if len(picks) < n:
+            picks += RandomSearch.propose(self, n - len(picks))
+        return picks
+
+    def update(self, measured: list[tuple[Candidate, float | None]]) -> None:
+        super().update(measured)
+        self.measured += [(c, 1.0 / s if s else 0.0) for c, s in measured]
+        ok = [(c, t) for c, t in self.measured if c.func is not None]
+        if len(ok) >= 4:
+            self.model.fit(self._features([c for c, _ in ok]), np.array([t for _, t in ok]),
+                           np.zeros(len(ok), dtype=np.int64))
+
+
+STRATEGIES = {"random": RandomSearch, "evolutionary": EvolutionarySearch}

@@ -1,0 +1,173 @@
+"""The tuning loop: propose candidates, measure them in isolation, record every result.
+
+Every measurement is appended to the records database as it finishes, so a killed tuner
+loses at most the candidate in flight; a rerun with the same database continues where
+it stopped (measured traces are not measured again and count towards the budget).
+"""
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+
+from ..errors import TlmirError
+from ..runtime.records import Record, RecordDB
+from ..runtime.target import HardwareParams, SearchParams, host_hardware
+from ..runtime.task import Task
+from ..schedule.decider import ReplayDecider, Trace
+from ..schedule.space import SearchSpace
+from .measurer import Measurer
+from .strategy import STRATEGIES, Candidate, make_candidate
+
+
+@dataclass
+class TuneResult:
+    task: Task
+    best_seconds: float = math.inf
+    best_trace: Trace | None = None
+    measurements: int = 0
+    failures: int = 0
+    curve: list = field(default_factory=list)  # (measurements, best seconds so far)
+    wall_seconds: float = 0.0
+    space: SearchSpace | None = None
+
+    @property
+    def gflops(self) -> float:
+        return self.task.flops / self.best_seconds / 1e9 if self.best_trace else 0.0
+
+    def best_schedule(self):
+        if self.best_trace is None:
+            raise TlmirError(f"task {self.task.name!r}: no successful measurement to build")
+        return self.space.replay(self.best_trace)
+
+    def build(self):
+        """The best kernel found, compiled in this process."""
+        from ..build import build
+        return build(self.best_schedule(), self.task.args, name=_ident(self.task.name))
+
+    def to_dict(self) -> dict:
+        return {"name": self.task.name, "key": self.task.key, "flops": self.task.flops,
+                "best_seconds": self.best_seconds if self.best_trace else None,
+                "gflops": self.gflops, "measurements": self.measurements, "failures": self.failures,
+                "wall_seconds": self.wall_seconds,
+                "trace": self.best_trace.to_json() if self.best_trace else None}
+
+
+def _ident(name: str) -> str:
+    return "".join(ch if ch.isalnum() else "_" for ch in name) or "kernel"
+
+
+class Progress:
+    """One status line on stderr (a progress bar without a dependency)."""
+
+    def __init__(self, total: int, label: str, enabled: bool = True):
+        self.total, self.label, self.enabled = total, label, enabled and sys.stderr.isatty()
+        self.t0 = time.perf_counter()
+
+    def show(self, done: int, best: float, flops: int) -> None:
+        if not self.enabled:
+            return
+        width = 24
+        filled = int(width * done / max(self.total, 1))
+        gf = flops / best / 1e9 if math.isfinite(best) else 0.0
+        sys.stderr.write(f"\r{self.label[:40]:<40} [{'#' * filled}{'.' * (width - filled)}] "
+                         f"{done}/{self.total}  best {gf:8.2f} GFLOP/s  {time.perf_counter() - self.t0:6.1f}s")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\n")
+
+
+class TaskTuner:
+    """Tuning state of one task; `step(n)` measures one round of up to n candidates."""
+
+    def __init__(self, task: Task, strategy: str, db: RecordDB, measurer: Measurer,
+                 hw: HardwareParams, sp: SearchParams, seed: int = 0):
+        if strategy not in STRATEGIES:
+            raise TlmirError(f"unknown strategy {strategy!r}; available: {sorted(STRATEGIES)}")
+        self.task, self.db, self.measurer, self.hw = task, db, measurer, hw
+        self.space = SearchSpace(task.outputs, hw, sp)
+        self.search = STRATEGIES[strategy](self.space, task.args, seed=seed)
+        self.strategy = strategy
+        self.result = TuneResult(task, space=self.space)
+        self._resume()
+
+    def _resume(self) -> None:
+        """Count the database's measurements of this task and teach the search from them."""
+        past = []
+        for rec in self.db.records(self.task.key, self.hw.key):
+            trace = Trace.from_json(rec.trace)
+            seconds = rec.best if rec.ok else None
+            self._account(trace, seconds)
+            cand = None
+            if seconds is not None:
+                try:
+                    cand = make_candidate(self.space, self.task.args,
+                                          self.space.apply(trace.sketch, ReplayDecider(trace)))
+                except TlmirError:
+                    pass  # recorded under an older space: counted, not learned from
+            past.append((cand or Candidate(trace, None), seconds))
+        if past:
+            self.search.update(past)
+
+    def _account(self, trace: Trace, seconds: float | None) -> None:
+        r = self.result
+        r.measurements += 1
+        if seconds is None:
+            r.failures += 1
+        elif seconds < r.best_seconds:
+            r.best_seconds, r.best_trace = seconds, trace
+        r.curve.append((r.measurements, r.best_seconds))
+
+    def step(self, n: int, progress: Progress | None = None, done_before: int = 0) -> int:
+        t0 = time.perf_counter()
+        measured = []
+        for cand in self.search.propose(n):
+            if cand.func is None:
+                res_err, res_kind, times, seconds = cand.error, "lower", [], None
+            else:
+                res = self.measurer.measure(self.task, cand.func)
+                res_err, res_kind = res.error, (None if res.ok else res.kind)
+                times, seconds = (list(res.times), res.min) if res.ok else ([], None)
+            self.db.append(Record(self.task.key, self.task.name, self.hw.key, cand.trace.to_json(),
+                                  times, seconds, res_err, res_kind, self.strategy,
+                                  len(self.result.curve)))
+            self._account(cand.trace, seconds)
+            measured.append((cand, seconds))
+            if progress:
+                progress.show(done_before + len(measured), self.result.best_seconds, self.task.flops)
+        self.search.update(measured)
+        self.result.wall_seconds += time.perf_counter() - t0
+        return len(measured)
+
+
+def tune(task: Task, target: str = "cpu", trials: int = 64, strategy: str = "evolutionary",
+         db: str | RecordDB | None = None, seed: int = 0, progress: bool = True,
+         hw: HardwareParams | None = None, sp: SearchParams | None = None,
+         measurer: Measurer | None = None) -> TuneResult:
+    """Search `task`'s schedule space for `trials` measurements in total (database included)."""
+    if target != "cpu":
+        raise TlmirError(f"unknown target {target!r}; available: ['cpu']")
+    if not isinstance(task, Task):
+        raise TlmirError(f"tune expects a tlmir.Task, got {type(task).__name__}")
+    hw, sp = hw or host_hardware(), sp or SearchParams()
+    own_db = not isinstance(db, RecordDB)
+    rdb = db if isinstance(db, RecordDB) else RecordDB(db or ":memory:")
+    meas = measurer or Measurer()
+    try:
+        tuner = TaskTuner(task, strategy, rdb, meas, hw, sp, seed)
+        bar = Progress(trials, task.name, progress)
+        while tuner.result.measurements < trials:
+            before = tuner.result.measurements
+            n = min(sp.measures_per_round, trials - before)
+            if tuner.step(n, bar, before) == 0:
+                break  # the space is exhausted
+        bar.close()
+        return tuner.result
+    finally:
+        if own_db:
+            rdb.close()
+        if measurer is None:
+            meas.close()
