@@ -8,8 +8,8 @@
 
 Networks are batch 1 unless their name says ``-b2`` / ``-b4`` / ``-b8``; CNNs take 224x224
 images (Inception-v3 299x299) unless the name says ``-160``; transformers use seq 128
-unless the name says ``-seqN`` (ViT: 197 tokens). How layers map to subgraphs: see `cnn`, `transformer`
-and `others`.
+unless the name says ``-seqN`` (ViT: 197 tokens). How layers map to subgraphs: see
+`cnn`, `transformer` and `others`.
 
 The split is by whole network. HELD_OUT is the TLM paper's held-out set (ResNet-50,
 MobileNetV2, ResNeXt-50, BERT-tiny/base/large, DenseNet-121, DCGAN) plus LLaMA-7B decode:
