@@ -1,4 +1,4 @@
-"""The `tlmir` command line: `tlmir show` prints an op's definition, loop program and code."""
+"""The `tlmir` command line: show, tune, workloads."""
 from __future__ import annotations
 
 import argparse
@@ -30,6 +30,10 @@ def _op_from_args(args):
 
 
 def cmd_show(args) -> None:
+    if args.db:
+        return cmd_show_db(args)
+    if not args.op:
+        raise TlmirError("show needs --op or --db")
     from .ir.printer import te_str
     from .schedule import create_schedule, lower, replay, steps_from_json
     op = _op_from_args(args)
@@ -54,17 +58,126 @@ def cmd_show(args) -> None:
             print(f"# assembly\n{k.assembly}")
 
 
+def _summary_row(res, baselines: dict) -> str:
+    best = f"{res.best_seconds * 1e3:10.4f}" if res.best_trace else "    failed"
+    row = f"{res.task.name[:48]:<48} {best} ms {res.gflops:9.2f} GFLOP/s {res.measurements:6d}"
+    for fw in ("numpy", "torch"):
+        t = baselines.get(fw)
+        row += f"  {fw} {t * 1e3:9.4f} ms" if t else f"  {fw} {'-':>9}   "
+    return row
+
+
+def _baselines(task, threads: int) -> dict:
+    if task.op is None:
+        return {}
+    from .ops.baselines import baseline_times
+    return baseline_times(task.op, task.random_inputs(0), threads)
+
+
+def cmd_tune(args) -> None:
+    import json
+    import os
+
+    from .runtime.task import Task
+    from .search.tune import tune, tune_workload
+    threads = int(os.environ.get("TLMIR_NUM_THREADS") or os.cpu_count() or 1)
+    if args.workload:
+        from .workloads import network_tasks
+        res = tune_workload(network_tasks(args.workload), args.trials_per_task, args.strategy, args.db,
+                            args.seed, progress=not args.json)
+        results = res.results
+    else:
+        if not args.op:
+            raise TlmirError("tune needs --op (with --shape/--param) or --workload")
+        results = [tune(Task.from_op(_op_from_args(args)), trials=args.trials, strategy=args.strategy,
+                        db=args.db, seed=args.seed, progress=not args.json)]
+    rows = []
+    for r in results:
+        base = _baselines(r.task, threads) if not args.no_baselines else {}
+        d = r.to_dict()
+        d.update({f"{k}_seconds": v for k, v in base.items()})
+        rows.append(d)
+        if not args.json:
+            print(_summary_row(r, base))
+    if args.workload and not args.json:
+        print(f"weighted latency of {args.workload}: {res.weighted_seconds * 1e3:.3f} ms "
+              f"after {res.measurements} measurements")
+    if args.json:
+        print(json.dumps({"tasks": rows} if args.workload else rows[0]))
+
+
+def cmd_workloads(args) -> None:
+    from .workloads import describe, network_tasks
+    if args.network:
+        for task, w in network_tasks(args.network):
+            print(f"{w:6g} x {task.name:<60} {task.flops / 1e9:9.4f} GFLOP  key {task.key}")
+    else:
+        print(describe())
+
+
+def cmd_show_db(args) -> None:
+    from .runtime.records import RecordDB
+    from .schedule.decider import Trace
+    with RecordDB(args.db) as db:
+        for task_key, name, hw_key, n, best in db.tasks():
+            if best is None:
+                print(f"{name}: {n} records, none succeeded")
+                continue
+            rec = db.best(task_key, hw_key)[0]
+            print(f"# {name} (key {task_key}, {hw_key}): best {best * 1e3:.4f} ms of {n} records")
+            print(f"trace: {Trace.from_json(rec.trace)}")
+            if args.best:
+                _show_best_program(task_key, rec, _op_from_args(args) if args.op else None)
+
+
+def _show_best_program(task_key: str, rec, op=None) -> None:
+    """The best schedule as Python and as loop IR; the task is found by key among the
+    workloads or given with --op."""
+    from .runtime.task import Task
+    from .schedule.decider import Trace
+    from .schedule.lower import lower
+    from .schedule.space import SearchSpace
+    from .workloads import NETWORKS, network_tasks
+    candidates = [Task.from_op(op)] if op is not None else []
+    candidates += (t for net in NETWORKS for t, _ in network_tasks(net))
+    for task in candidates:
+        if task.key == task_key:
+            s = SearchSpace(task.outputs).replay(Trace.from_json(rec.trace))
+            print("# schedule\n" + "\n".join(map(str, s.history)))
+            print(f"# lowered\n{lower(s, task.args, 'best')}\n")
+            return
+    print("(the task is not among the workloads: pass --op/--shape to show its program)")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="tlmir", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
     sh = sub.add_parser("show", help="print an op's te definition, lowered loop IR, LLVM IR / assembly")
-    sh.add_argument("--op", required=True, help="op name from tlmir.ops (e.g. matmul)")
+    sh.add_argument("--op", help="op name from tlmir.ops (e.g. matmul)")
     sh.add_argument("--shape", help="comma-separated positional shape parameters, e.g. 1024,1024,1024")
     sh.add_argument("--param", action="append", help="extra op parameter NAME=VALUE (repeatable)")
     sh.add_argument("--steps", help="JSON file of recorded schedule steps to replay")
     sh.add_argument("--llvm", action="store_true", help="also print the optimised LLVM IR")
     sh.add_argument("--asm", action="store_true", help="also print the assembly")
+    sh.add_argument("--db", help="instead of an op: print the best record of each task in a records DB")
+    sh.add_argument("--best", action="store_true", help="with --db: also the schedule and loop IR")
     sh.set_defaults(fn=cmd_show)
+    tu = sub.add_parser("tune", help="search the schedule space of an op or of a network's subgraphs")
+    tu.add_argument("--op", help="op name from tlmir.ops")
+    tu.add_argument("--shape", help="comma-separated positional shape parameters")
+    tu.add_argument("--param", action="append", help="extra op parameter NAME=VALUE (repeatable)")
+    tu.add_argument("--workload", help="network name (see `tlmir workloads`)")
+    tu.add_argument("--trials", type=int, default=64, help="measurements for --op")
+    tu.add_argument("--trials-per-task", type=int, default=64, help="measurements per task for --workload")
+    tu.add_argument("--strategy", default="evolutionary", help="random | evolutionary")
+    tu.add_argument("--db", help="records database (SQLite); reruns resume from it")
+    tu.add_argument("--seed", type=int, default=0)
+    tu.add_argument("--json", action="store_true", help="print one JSON object")
+    tu.add_argument("--no-baselines", action="store_true", help="skip timing numpy / PyTorch")
+    tu.set_defaults(fn=cmd_tune)
+    wl = sub.add_parser("workloads", help="list networks and their subgraphs (tasks)")
+    wl.add_argument("network", nargs="?", help="list this network's tasks")
+    wl.set_defaults(fn=cmd_workloads)
     args = p.parse_args(argv)
     try:
         args.fn(args)

@@ -38,6 +38,7 @@ class SearchParams:
     eps_greedy: float = 0.05
     mutation_prob: float = 0.85
     evolution_iters: int = 4
+    scheduler_optimism: float = 0.2    # task scheduler: weight of the untried-potential term
 
 
 def _cache_kb(level: int, default: int) -> int:

@@ -39,6 +39,7 @@ class Task:
         self.flops = count_flops(self.outputs) if flops is None else flops
         self._reference = reference
         self.input_ranges = input_ranges
+        self.op = None  # the tlmir.ops OpDef this task came from, if any
         self.definition = te_str(self.outputs)
         order = ",".join(t.name for t in args)
         self.key = hashlib.sha1(f"{self.definition}\nargs:{order}".encode()).hexdigest()[:16]
@@ -46,7 +47,9 @@ class Task:
     @classmethod
     def from_op(cls, op, weight: float = 1.0, name: str | None = None) -> "Task":
         """A task for an OpDef of tlmir.ops (its numpy reference included)."""
-        return cls(name or op.name, op.args, op.run_reference, weight, op.input_ranges, op.flops)
+        task = cls(name or op.name, op.args, op.run_reference, weight, op.input_ranges, op.flops)
+        task.op = op
+        return task
 
     def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
         rng = np.random.default_rng(seed)

@@ -171,3 +171,74 @@ def tune(task: Task, target: str = "cpu", trials: int = 64, strategy: str = "evo
             rdb.close()
         if measurer is None:
             meas.close()
+
+
+@dataclass
+class WorkloadResult:
+    results: list                      # TuneResult per task
+    weights: list
+
+    @property
+    def weighted_seconds(self) -> float:
+        """Σ weight × best latency: the workload's end-to-end latency estimate."""
+        return sum(w * r.best_seconds for r, w in zip(self.results, self.weights))
+
+    @property
+    def measurements(self) -> int:
+        return sum(r.measurements for r in self.results)
+
+
+def _pick_task(tuners: list, weights: list, rounds: list, sp: SearchParams) -> int:
+    """The task whose weighted latency is expected to drop fastest per measurement: the
+    drop over its last round (backward gradient) plus an optimistic share of its current
+    latency that shrinks with the measurements already spent on it (Ansor's scheduler,
+    simplified)."""
+    best_score, best_i = -1.0, 0
+    for i, (t, w) in enumerate(zip(tuners, weights)):
+        r = t.result
+        if not math.isfinite(r.best_seconds):
+            return i  # no working program yet: nothing is more urgent
+        curve = r.curve
+        back = 0.0
+        if rounds[i] >= 2 and len(curve) > sp.measures_per_round:
+            prev = curve[-sp.measures_per_round - 1][1]
+            back = max(prev - r.best_seconds, 0.0) / sp.measures_per_round
+        forward = r.best_seconds / (r.measurements + 1)
+        score = w * (back + sp.scheduler_optimism * forward)
+        if score > best_score:
+            best_score, best_i = score, i
+    return best_i
+
+
+def tune_workload(tasks: list, trials_per_task: int, strategy: str = "evolutionary",
+                  db: str | RecordDB | None = None, seed: int = 0, progress: bool = True,
+                  hw: HardwareParams | None = None, sp: SearchParams | None = None) -> WorkloadResult:
+    """Tune weighted tasks with a total budget of trials_per_task × len(tasks)
+    measurements; every task gets one round first, then the scheduler decides."""
+    hw, sp = hw or host_hardware(), sp or SearchParams()
+    own_db = not isinstance(db, RecordDB)
+    rdb = db if isinstance(db, RecordDB) else RecordDB(db or ":memory:")
+    meas = Measurer()
+    try:
+        tuners = [TaskTuner(t, strategy, rdb, meas, hw, sp, seed) for t, _ in tasks]
+        weights = [w for _, w in tasks]
+        budget = trials_per_task * len(tasks)
+        per_round = min(sp.measures_per_round, trials_per_task)
+        rounds = [0] * len(tasks)
+        bar = Progress(budget, f"{len(tasks)} tasks", progress)
+        spent = sum(t.result.measurements for t in tuners)
+        order = list(range(len(tasks)))
+        while spent < budget:
+            fresh = [i for i in order if rounds[i] == 0 and tuners[i].result.measurements < trials_per_task]
+            i = fresh[0] if fresh else _pick_task(tuners, weights, rounds, sp)
+            n = tuners[i].step(min(per_round, budget - spent), bar, spent)
+            rounds[i] += 1
+            spent += n
+            if n == 0 and not fresh:
+                break  # the chosen task's space is exhausted
+        bar.close()
+        return WorkloadResult([t.result for t in tuners], weights)
+    finally:
+        meas.close()
+        if own_db:
+            rdb.close()
