@@ -2,4 +2,6 @@
 from . import te  # noqa: F401
 from .build import build  # noqa: F401
 from .errors import TlmirError  # noqa: F401
+from .runtime.task import Task  # noqa: F401
 from .schedule import Schedule, create_schedule, lower  # noqa: F401
+from .search.tune import tune  # noqa: F401

@@ -1,0 +1,112 @@
+"""The tuning loop: results, records, faults (crash, hang, SIGKILL) and resumption."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import tlmir
+from tlmir import ops, te
+from tlmir.runtime.records import RecordDB
+from tlmir.runtime.target import SearchParams
+from tlmir.runtime.task import Task
+from tlmir.search.measurer import Measurer
+from tlmir.search.tune import tune, tune_workload
+
+SMALL = SearchParams(population=16, measures_per_round=8, evolution_iters=2)
+
+
+def test_tune_finds_a_verified_kernel_and_records_everything(tmp_path):
+    task = Task.from_op(ops.matmul(64, 64, 64))
+    db = tmp_path / "r.db"
+    res = tune(task, trials=12, strategy="evolutionary", db=str(db), sp=SMALL, progress=False)
+    assert res.measurements == 12 and res.best_trace is not None
+    a, b = task.random_inputs(3)
+    c = np.zeros((64, 64), "float32")
+    res.build()(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+    with RecordDB(str(db)) as rdb:
+        recs = rdb.records(task.key)
+        assert len(recs) == 12 and len({r.trace for r in recs}) == 12
+        assert rdb.best(task.key, recs[0].hw_key)[0].best == pytest.approx(res.best_seconds)
+
+
+def test_user_defined_task_without_numpy_reference():
+    A = te.placeholder((32, 48), name="A")
+    B = te.compute((32, 48), lambda i, j: te.exp(A[i, j]) * 2.0 + A[i, (j + 1) % 48], name="B")
+    res = tune(Task("mine", [A, B]), trials=6, strategy="random", sp=SMALL, progress=False)
+    assert res.best_trace is not None and res.failures == 0
+
+
+def test_crashing_candidates_cost_one_trial_each():
+    # every program of this task reads far outside A: each candidate crashes its worker
+    A = te.placeholder((16,), name="A")
+    B = te.compute((16,), lambda i: A[i * 100_000_000], name="B")
+    task = Task("crash", [A, B], reference=lambda a: [np.zeros(16, "float32")])
+    res = tune(task, trials=4, strategy="random", sp=SMALL, progress=False)
+    assert res.measurements == 4 and res.failures == 4 and res.best_trace is None
+
+
+def test_hanging_candidates_time_out_and_the_run_goes_on():
+    task = Task.from_op(ops.matmul(512, 512, 512))
+    meas = Measurer(timeout=0.05)  # far too short for a 512³ matmul: every trial times out
+    try:
+        res = tune(task, trials=2, strategy="random", sp=SMALL, progress=False, measurer=meas)
+    finally:
+        meas.close()
+    assert res.measurements == 2 and res.failures == 2
+
+
+def test_sigkill_mid_run_then_resume(tmp_path):
+    db = str(tmp_path / "k.db")
+    script = textwrap.dedent(f"""
+        from tlmir import ops
+        from tlmir.runtime.target import SearchParams
+        from tlmir.runtime.task import Task
+        from tlmir.search.tune import tune
+        if __name__ == "__main__":
+            sp = SearchParams(population=16, measures_per_round=4, evolution_iters=1)
+            tune(Task.from_op(ops.matmul(48, 48, 48)), trials=40, strategy="random", db={db!r},
+                 sp=sp, progress=False)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    task = Task.from_op(ops.matmul(48, 48, 48))
+    deadline = time.time() + 120
+    done = 0
+    while time.time() < deadline and done < 5:
+        time.sleep(0.5)
+        if os.path.exists(db):
+            with RecordDB(db) as rdb:
+                done = rdb.count(task.key)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert done >= 5
+    with RecordDB(db) as rdb:
+        before = rdb.records(task.key)
+    assert len(before) >= 5
+    res = tune(task, trials=len(before) + 3, strategy="random", db=db, sp=SMALL, progress=False)
+    with RecordDB(db) as rdb:
+        after = rdb.records(task.key)
+    assert [r.trace for r in after[: len(before)]] == [r.trace for r in before]
+    assert len(after) == len(before) + 3 == res.measurements
+    assert len({r.trace for r in after}) == len(after)  # nothing measured twice
+
+
+def test_workload_tuning_spends_the_budget():
+    tasks = [(Task.from_op(ops.matmul(32, 32, 32)), 2.0), (Task.from_op(ops.softmax(16, 64)), 1.0)]
+    res = tune_workload(tasks, trials_per_task=8, strategy="random", sp=SMALL, progress=False)
+    assert res.measurements == 16
+    assert all(r.best_trace is not None for r in res.results)
+    assert res.weighted_seconds == pytest.approx(2 * res.results[0].best_seconds + res.results[1].best_seconds)
+
+
+def test_bad_strategy_and_target():
+    task = Task.from_op(ops.matmul(8, 8, 8))
+    with pytest.raises(tlmir.TlmirError, match="unknown strategy"):
+        tune(task, trials=1, strategy="magic", progress=False)
+    with pytest.raises(tlmir.TlmirError, match="unknown target"):
+        tune(task, trials=1, target="tpu", progress=False)
