@@ -5,6 +5,7 @@ an isolated worker process, so a crash or hang in generated code costs one trial
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,18 +37,26 @@ def check_outputs(got: list[np.ndarray], expected: list[np.ndarray], rtol: float
 
 def measure_in_process(func: PrimFunc, inputs: list[np.ndarray], expected: list[np.ndarray],
                        rtol: float = 1e-4, atol: float = 1e-4, repeat: int = 10,
-                       num_threads: int | None = None) -> MeasureResult:
-    """Compile, run once and verify, then time. Runs in the calling process."""
+                       num_threads: int | None = None, cutoff: float | None = None) -> MeasureResult:
+    """Compile, run once and verify, then time. Runs in the calling process.
+
+    A candidate whose first (verifying) run is slower than `cutoff` seconds is timed by
+    that run alone: it cannot be the best, and repeating it would only cost time."""
     from ..codegen_cpu import compile_func
     kernel = compile_func(func)
     if num_threads is not None:
         kernel.num_threads = num_threads
     outs = [np.full(e.shape, np.nan, e.dtype) for e in expected]
+    t0 = time.perf_counter()
     kernel(*inputs, *outs)
+    first = time.perf_counter() - t0
     wrong = check_outputs(outs, expected, rtol, atol)
     if wrong:
         return MeasureResult(False, error=wrong, kind="wrong")
-    t = kernel.benchmark(*inputs, *outs, repeat=repeat)
+    if cutoff is not None and first > cutoff:
+        return MeasureResult(True, first, first, [first])
+    repeat = max(2, min(repeat, int(2.0 / max(first, 1e-9))))  # about 2 s at most per candidate
+    t = kernel.benchmark(*inputs, *outs, warmup=1 if first > 0.05 else 2, repeat=repeat)
     return MeasureResult(True, t.median, t.min, list(t.times))
 
 

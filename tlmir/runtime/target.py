@@ -38,6 +38,7 @@ class SearchParams:
     eps_greedy: float = 0.05
     mutation_prob: float = 0.85
     evolution_iters: int = 4
+    cutoff_factor: float = 5.0         # candidates this much slower than the best are timed once
     scheduler_optimism: float = 0.2    # task scheduler: weight of the untried-potential term
 
 

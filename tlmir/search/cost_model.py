@@ -53,14 +53,14 @@ class CostModel:
     returns zeros (every candidate ties)."""
 
     def __init__(self, hidden: tuple[int, int] = (128, 64), steps: int = 600, batch_size: int = 256,
-                 lr: float = 2e-3, weight_decay: float = 1e-4, rank_weight: float = 1.0,
-                 seed: int = 0, num_threads: int = 2, time_limit: float = 4.0):
+                 lr: float = 2e-3, weight_decay: float = 1e-4, rank_weight: float = 3.0,
+                 seed: int = 0, num_threads: int = 1):
         self.hidden = tuple(int(h) for h in hidden)
         if len(self.hidden) != 2 or min(self.hidden) < 1:
             raise errors.TlmirError(f"CostModel: hidden must be two positive widths, got {hidden!r}")
         self.steps, self.batch_size = int(steps), int(batch_size)
         self.lr, self.weight_decay, self.rank_weight = float(lr), float(weight_decay), float(rank_weight)
-        self.seed, self.num_threads, self.time_limit = int(seed), int(num_threads), float(time_limit)
+        self.seed, self.num_threads = int(seed), int(num_threads)
         self.mean: np.ndarray | None = None
         self.std: np.ndarray | None = None
         self.params: list[np.ndarray] | None = None   # W1, b1, W2, b2, W3, b3 (float32)
@@ -129,7 +129,6 @@ class CostModel:
                                                             pct_start=0.1)
                 Zt, yt = torch.from_numpy(Z), torch.from_numpy(y)
                 pt = torch.from_numpy(pairs)
-                deadline = time.perf_counter() + self.time_limit
                 for step in range(steps):
                     b = pt[step]
                     s = net(Zt[b]).squeeze(1)
@@ -145,8 +144,6 @@ class CostModel:
                     loss.backward()
                     opt.step()
                     sched.step()
-                    if time.perf_counter() > deadline:
-                        break
                 return [p.detach().numpy().astype(np.float32).T.copy() if p.ndim == 2
                         else p.detach().numpy().astype(np.float32).copy() for p in net.parameters()]
         finally:
@@ -172,8 +169,7 @@ class CostModel:
         return (h @ W3 + b3)[:, 0].astype(np.float64)
 
     # ------------------------------------------------------------------ persistence
-    _CONFIG = ("steps", "batch_size", "lr", "weight_decay", "rank_weight", "seed", "num_threads",
-               "time_limit")
+    _CONFIG = ("steps", "batch_size", "lr", "weight_decay", "rank_weight", "seed", "num_threads")
 
     def save(self, path) -> None:
         """Write the model to `path` (a numpy .npz archive of plain arrays), atomically."""

@@ -70,6 +70,15 @@ STORE_FEATURES: tuple[tuple[str, bool], ...] = (
     ("vec_lane_multiple", False),  # vec_len is a multiple of hw_lanes
     ("vec_gather_frac", False),  # accesses neither broadcast nor contiguous in the vector loop
     ("inner_contig_all", False),  # every access has stride 0 or 1 in the innermost loop
+    # the effective innermost loop: the innermost loop not unrolled (unrolled loops become
+    # straight-line code, so this is the loop LLVM strength-reduces and auto-vectorizes)
+    ("eff_inner_extent", True),
+    ("eff_st_stride", True),
+    ("eff_ld_contig_frac", False),
+    ("eff_ld_reuse_frac", False),
+    ("eff_ld_strided_frac", False),
+    ("eff_contig_all", False),   # every access has stride 0 or 1 in it
+    ("eff_dense_frac", False),   # accesses touching a contiguous range inside it (incl. its unrolled body)
     # unrolling
     ("unroll_prod", True),
     ("unroll_num", False),
@@ -195,7 +204,7 @@ def _coeffs(e: E.Expr) -> dict:
 # ---------------------------------------------------------------- the walk
 
 class _Access:
-    __slots__ = ("coef", "nbytes", "size", "local", "lines", "uniq_all")
+    __slots__ = ("coef", "nbytes", "size", "local", "lines", "dense", "uniq_all")
 
     def __init__(self, buf: S.Buffer, index: E.Expr, loops: list):
         cd = _coeffs(index)
@@ -209,6 +218,7 @@ class _Access:
         prod, span, known = 1.0, 1.0, True
         smin, smin_ext = math.inf, 1.0
         lines = [1.0]
+        dense = [True]
         uniq = 1.0
         for k in range(len(loops) - 1, -1, -1):
             c, ext = self.coef[k], loops[k][1]
@@ -222,6 +232,7 @@ class _Access:
                     if a < smin:
                         smin, smin_ext = a, ext
             uniq = min(prod, span) if known else prod
+            dense.append(known and prod >= span)
             uniq = min(uniq, self.size)
             n = uniq
             if smin <= line_elems:
@@ -230,6 +241,7 @@ class _Access:
                 n = min(n, span * self.nbytes / LINE_BYTES + 1.0)
             lines.append(max(1.0, min(n, max_lines)))
         self.lines = lines
+        self.dense = dense
         self.uniq_all = uniq
 
 
@@ -372,6 +384,28 @@ class _Walker:
             f[ix["inner_contig_all"]] = float(all(a.coef[-1] in (0.0, 1.0) for a in accs))
         else:
             f[ix["inner_contig_all"]] = 1.0
+
+        epos = depth - 1
+        while epos >= 0 and loops[epos][2] == "unrolled":
+            epos -= 1
+        if epos >= 0:
+            def estride(a: _Access) -> float:
+                c = a.coef[epos]
+                return float(a.size) if c != c else abs(c)
+            es = [estride(a) for a in accs]
+            f[ix["eff_inner_extent"]] = exts[epos]
+            f[ix["eff_st_stride"]] = es[0]
+            if len(es) > 1:
+                el = es[1:]
+                f[ix["eff_ld_contig_frac"]] = sum(1 for x in el if x == 1.0) / len(el)
+                f[ix["eff_ld_reuse_frac"]] = sum(1 for x in el if x == 0.0) / len(el)
+                f[ix["eff_ld_strided_frac"]] = sum(1 for x in el if x > 1.0) / len(el)
+            f[ix["eff_contig_all"]] = float(all(x <= 1.0 for x in es))
+            lvl = depth - epos
+            f[ix["eff_dense_frac"]] = sum(1 for a in accs if a.dense[lvl]) / len(accs)
+        else:
+            f[ix["eff_contig_all"]] = 1.0
+            f[ix["eff_dense_frac"]] = 1.0
 
         # unrolling, parallelism
         uprod, unum, uinner = 1.0, 0, 0.0

@@ -22,13 +22,13 @@ def _load(key: str, inputs: list, expected: list) -> bool:
     return True
 
 
-def _measure(key: str, func: PrimFunc, repeat: int, num_threads: int | None):
+def _measure(key: str, func: PrimFunc, repeat: int, num_threads: int | None, cutoff: float | None):
     if key not in _TASK_ARRAYS:
         return None
     inputs, expected = _TASK_ARRAYS[key]
     scale = max((float(np.abs(e).max()) for e in expected if e.size), default=1.0)
     return measure_in_process(func, inputs, expected, rtol=1e-3, atol=1e-4 * (1.0 + scale),
-                              repeat=repeat, num_threads=num_threads)
+                              repeat=repeat, num_threads=num_threads, cutoff=cutoff)
 
 
 class Measurer:
@@ -46,14 +46,15 @@ class Measurer:
             self._arrays = {task.key: (inputs, task.reference_outputs(inputs))}
         return self._arrays[task.key]
 
-    def measure(self, task: Task, func: PrimFunc) -> MeasureResult:
+    def measure(self, task: Task, func: PrimFunc, cutoff: float | None = None) -> MeasureResult:
+        """`cutoff`: seconds beyond which one run suffices (e.g. a multiple of the best so far)."""
         for _ in range(2):
             if self._loaded != task.key:
                 res = self.worker.run(_load, task.key, *self.arrays(task), timeout=self.timeout)
                 if not res.ok:
                     return MeasureResult(False, error=f"loading task arrays: {res.error}", kind=res.kind)
                 self._loaded = task.key
-            res = self.worker.run(_measure, task.key, func, self.repeat, self.num_threads,
+            res = self.worker.run(_measure, task.key, func, self.repeat, self.num_threads, cutoff,
                                   timeout=self.timeout)
             if res.ok and res.value is not None:
                 return res.value

@@ -87,7 +87,7 @@ class TaskTuner:
                  hw: HardwareParams, sp: SearchParams, seed: int = 0):
         if strategy not in STRATEGIES:
             raise TlmirError(f"unknown strategy {strategy!r}; available: {sorted(STRATEGIES)}")
-        self.task, self.db, self.measurer, self.hw = task, db, measurer, hw
+        self.task, self.db, self.measurer, self.hw, self.sp = task, db, measurer, hw, sp
         self.space = SearchSpace(task.outputs, hw, sp)
         self.search = STRATEGIES[strategy](self.space, task.args, seed=seed)
         self.strategy = strategy
@@ -128,7 +128,9 @@ class TaskTuner:
             if cand.func is None:
                 res_err, res_kind, times, seconds = cand.error, "lower", [], None
             else:
-                res = self.measurer.measure(self.task, cand.func)
+                best = self.result.best_seconds
+                res = self.measurer.measure(self.task, cand.func,
+                                            cutoff=best * self.sp.cutoff_factor if math.isfinite(best) else None)
                 res_err, res_kind = res.error, (None if res.ok else res.kind)
                 times, seconds = (list(res.times), res.min) if res.ok else ([], None)
             self.db.append(Record(self.task.key, self.task.name, self.hw.key, cand.trace.to_json(),

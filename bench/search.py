@@ -1,0 +1,152 @@
+"""Random vs evolutionary search on six workloads, next to numpy and PyTorch.
+
+    .venv/bin/python bench/search.py [--budgets 64,1000] [--strategies evolutionary,random]
+                                     [--db-dir runs/bench] [--report-only] [--json out.json]
+
+Tuning appends to one records DB per strategy under --db-dir, so an interrupted run
+resumes where it stopped; budgets run in increasing order, so the 64-measurement
+numbers exist long before the 1000-measurement ones. The report rebuilds the best
+program after k measurements of each strategy and times it (median) with 1 and 2
+threads, next to numpy and PyTorch timed in the same run. Tuning itself measures with
+all cores. It also reports the throughput of the space: candidates sampled / lowered /
+compiled per second.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import time
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # numpy is a single-thread baseline
+import numpy as np  # noqa: E402
+
+from tlmir import ops  # noqa: E402
+from tlmir.codegen_cpu import compile_func  # noqa: E402
+from tlmir.ops.baselines import baseline_times  # noqa: E402
+from tlmir.runtime.records import RecordDB  # noqa: E402
+from tlmir.runtime.target import host_hardware  # noqa: E402
+from tlmir.runtime.task import Task  # noqa: E402
+from tlmir.schedule.decider import Trace  # noqa: E402
+from tlmir.schedule.lower import lower  # noqa: E402
+from tlmir.schedule.space import SearchSpace  # noqa: E402
+from tlmir.search.tune import tune  # noqa: E402
+
+WORKLOADS = {
+    "matmul 1024^3": lambda: ops.matmul(1024, 1024, 1024),
+    "conv2d 1x64x56x56 k64 3x3 p1": lambda: ops.conv2d_nchw(1, 64, 56, 56, 64, 3, 3, padding=1),
+    "dense 128x768x3072 +bias+gelu": lambda: ops.dense(128, 3072, 768, bias=True, act="gelu"),
+    "batch_matmul 12x128x128x64": lambda: ops.batch_matmul(12, 128, 128, 64),
+    "softmax 1536x128": lambda: ops.softmax(12 * 128, 128),
+    "layernorm 128x768": lambda: ops.layernorm(128, 768),
+}
+
+
+def tune_all(budgets, strategies, db_dir) -> None:
+    for k in budgets:
+        for strategy in strategies:
+            for name, make in WORKLOADS.items():
+                t0 = time.time()
+                res = tune(Task.from_op(make(), name=name), trials=k, strategy=strategy,
+                           db=os.path.join(db_dir, f"{strategy}.db"), progress=False)
+                print(f"[tune] {strategy:<12} {name:<32} {res.measurements:5d} meas  "
+                      f"{res.gflops:8.1f} GFLOP/s  ({time.time() - t0:6.1f} s this call)", flush=True)
+
+
+def best_after(db: RecordDB, task: Task, hw_key: str, k: int):
+    recs = db.records(task.key, hw_key)[:k]
+    ok = [r for r in recs if r.ok]
+    return (min(ok, key=lambda r: r.best), len(recs)) if ok else (None, len(recs))
+
+
+def time_program(task: Task, trace_json: str, threads: int) -> float:
+    space = SearchSpace(task.outputs)
+    kernel = compile_func(lower(space.replay(Trace.from_json(trace_json)), task.args))
+    kernel.num_threads = threads
+    ins = task.random_inputs(0)
+    outs = [np.zeros(t.shape, t.dtype) for t in task.outputs]
+    kernel(*ins, *outs)
+    for got, want in zip(outs, task.reference_outputs(ins)):
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+    return kernel.benchmark(*ins, *outs, repeat=15).median
+
+
+def space_throughput(op, seconds: float = 3.0) -> dict:
+    space = SearchSpace(op.outputs)
+    rng = random.Random(0)
+    out = {}
+    for stage in ("sampled", "lowered", "compiled"):
+        n, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            sch, _ = space.sample(rng)
+            if stage != "sampled":
+                func = lower(sch, op.args)
+                if stage == "compiled":
+                    compile_func(func)
+            n += 1
+        out[stage] = n / (time.perf_counter() - t0)
+    return out
+
+
+def report(budgets, strategies, db_dir) -> list[dict]:
+    hw_key = host_hardware().key
+    rows = []
+    for name, make in WORKLOADS.items():
+        op = make()
+        task = Task.from_op(op, name=name)
+        row = {"workload": name, "gflop": op.flops / 1e9}
+        for threads in (1, 2):
+            for fw, t in baseline_times(op, task.random_inputs(0), threads).items():
+                row[f"{fw}_{threads}t_s"] = t
+        for strategy in strategies:
+            path = os.path.join(db_dir, f"{strategy}.db")
+            if not os.path.exists(path):
+                continue
+            with RecordDB(path) as db:
+                for k in budgets:
+                    rec, n = best_after(db, task, hw_key, k)
+                    if rec is None or n < k:
+                        continue
+                    for threads in (1, 2):
+                        row[f"{strategy}{k}_{threads}t_s"] = time_program(task, rec.trace, threads)
+        rows.append(row)
+        print(format_row(row, budgets, strategies), flush=True)
+    return rows
+
+
+def format_row(row: dict, budgets, strategies) -> str:
+    g = row["gflop"]
+    cells = [f"{row['workload']:<32}"]
+    for threads in (1, 2):
+        for key in [f"{s}{k}" for s in strategies for k in budgets] + ["numpy", "torch"]:
+            t = row.get(f"{key}_{threads}t_s")
+            if t:
+                cells.append(f"{key}@{threads}t {g / t:7.1f}")
+    return "  ".join(cells) + "   (GFLOP/s)"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--budgets", default="64,1000")
+    p.add_argument("--strategies", default="evolutionary,random")
+    p.add_argument("--db-dir", default="runs/bench")
+    p.add_argument("--report-only", action="store_true")
+    p.add_argument("--json")
+    a = p.parse_args()
+    budgets = [int(b) for b in a.budgets.split(",")]
+    strategies = a.strategies.split(",")
+    os.makedirs(a.db_dir, exist_ok=True)
+    if not a.report_only:
+        tune_all(budgets, strategies, a.db_dir)
+    rows = report(budgets, strategies, a.db_dir)
+    thr = space_throughput(ops.matmul(1024, 1024, 1024))
+    print("space throughput (matmul 1024^3, per second): " +
+          ", ".join(f"{k} {v:.1f}" for k, v in thr.items()))
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump({"rows": rows, "space_throughput": thr}, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
