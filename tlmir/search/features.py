@@ -25,8 +25,8 @@ min/max over two varying sides — marks the variable as unknown, treated as a d
 with an irregular stride). From the coefficients of one access:
 - stride of the innermost loop variable (0 = reuse, 1 = contiguous, large = strided);
 - reuse: the product of extents of loops the index does not depend on (`reuse_ct`),
-  and for the innermost such loop the iterations / bytes touched inside it (the reuse
-  distance, `reuse_dis_iter` / `reuse_dis_bytes`);
+  and the bytes all the store's accesses touch inside the innermost such loop (the reuse
+  distance, `reuse_dis_bytes`);
 - unique elements / cache lines touched by the innermost k loops, for every k (a
   footprint: min(product of the dependent extents, address span), in 64-byte lines).
 Summing footprints over a store's accesses gives, per loop level, the bytes one
@@ -67,9 +67,7 @@ STORE_FEATURES: tuple[tuple[str, bool], ...] = (
     ("vec_innermost", False),    # the vectorized loop is the store's innermost loop
     ("vec_effective", False),    # ... and the code generator can emit it as SIMD
     ("vec_lane_util", False),    # min(vec_len, hw_lanes) / hw_lanes
-    ("vec_lane_multiple", False),  # vec_len is a multiple of hw_lanes
     ("vec_gather_frac", False),  # accesses neither broadcast nor contiguous in the vector loop
-    ("inner_contig_all", False),  # every access has stride 0 or 1 in the innermost loop
     # the effective innermost loop: the innermost loop not unrolled (unrolled loops become
     # straight-line code, so this is the loop LLVM strength-reduces and auto-vectorizes)
     ("eff_inner_extent", True),
@@ -82,9 +80,7 @@ STORE_FEATURES: tuple[tuple[str, bool], ...] = (
     # unrolling
     ("unroll_prod", True),
     ("unroll_num", False),
-    ("unroll_inner_ext", True),  # innermost unrolled loop extent
     # parallelism
-    ("par_prod", True),
     ("par_num", False),
     ("par_outer_ext", True),     # extent of the outermost parallel loop (the one that runs in parallel)
     ("par_outer_depth", False),  # 1 + its position in the nest (0: not parallel)
@@ -98,7 +94,6 @@ STORE_FEATURES: tuple[tuple[str, bool], ...] = (
     ("st_bytes", True),          # unique bytes written over the whole nest
     ("st_local", False),         # written buffer is a local / shared temporary
     ("st_reuse_ct", True),
-    ("st_reuse_dis_iter", True),
     ("st_reuse_dis_bytes", True),
     # the buffers read
     ("n_loads", True),
@@ -107,9 +102,7 @@ STORE_FEATURES: tuple[tuple[str, bool], ...] = (
     ("ld_contig_frac", False),
     ("ld_reuse_frac", False),    # loads with stride 0 in the innermost loop
     ("ld_strided_frac", False),  # loads with |stride| > 1 or irregular
-    ("ld_local_frac", False),
     ("ld_reuse_ct_min", True),
-    ("ld_reuse_dis_iter_max", True),
     ("ld_reuse_dis_bytes_max", True),
     # footprints (all accesses of the store, cache-line granular)
     ("fp_inner1", True),
@@ -378,13 +371,7 @@ class _Walker:
             f[ix["vec_innermost"]] = float(innermost)
             f[ix["vec_effective"]] = float(eff)
             f[ix["vec_lane_util"]] = min(vlen, self.hw_lanes) / self.hw_lanes
-            f[ix["vec_lane_multiple"]] = float(vlen % self.hw_lanes == 0)
             f[ix["vec_gather_frac"]] = sum(1 for a in accs if a.coef[vpos] not in (0.0, 1.0)) / len(accs)
-        if depth:
-            f[ix["inner_contig_all"]] = float(all(a.coef[-1] in (0.0, 1.0) for a in accs))
-        else:
-            f[ix["inner_contig_all"]] = 1.0
-
         epos = depth - 1
         while epos >= 0 and loops[epos][2] == "unrolled":
             epos -= 1
@@ -408,22 +395,18 @@ class _Walker:
             f[ix["eff_dense_frac"]] = 1.0
 
         # unrolling, parallelism
-        uprod, unum, uinner = 1.0, 0, 0.0
-        pprod, pnum, pouter, pdepth = 1.0, 0, 0.0, 0
+        uprod, unum = 1.0, 0
+        pnum, pouter, pdepth = 0, 0.0, 0
         for k, lp in enumerate(loops):
             if lp[2] == "unrolled":
                 uprod *= lp[1]
                 unum += 1
-                uinner = lp[1]
             elif lp[2] == "parallel":
-                pprod *= lp[1]
                 pnum += 1
                 if not pdepth:
                     pouter, pdepth = lp[1], k + 1
         f[ix["unroll_prod"]] = uprod if unum else 0.0
         f[ix["unroll_num"]] = unum
-        f[ix["unroll_inner_ext"]] = uinner
-        f[ix["par_prod"]] = pprod if pnum else 0.0
         f[ix["par_num"]] = pnum
         f[ix["par_outer_ext"]] = pouter
         f[ix["par_outer_depth"]] = pdepth
@@ -437,18 +420,15 @@ class _Walker:
             c = a.coef[-1]
             return float(a.size) if c != c else abs(c)
 
-        def reuse(a: _Access) -> tuple[float, float, int]:
+        def reuse(a: _Access) -> tuple[float, int]:
+            """(product of extents of loops `a` does not depend on, number of loops inside
+            the innermost such loop — the reuse distance as a level — or -1 if none)."""
             ct, pos = 1.0, -1
             for k in range(depth):
                 if a.coef[k] == 0.0:
                     ct *= exts[k]
                     pos = k
-            if pos < 0:
-                return ct, 0.0, -1
-            dis = 1.0
-            for k in range(pos + 1, depth):
-                dis *= exts[k]
-            return ct, dis, depth - 1 - pos   # level = number of loops inside the reuse loop
+            return ct, (depth - 1 - pos if pos >= 0 else -1)
 
         # summed footprints per level (innermost k loops), in bytes
         fp = [0.0] * (depth + 1)
@@ -463,9 +443,8 @@ class _Walker:
         f[ix["st_inner_reuse"]] = float(depth > 0 and ss == 0.0)
         f[ix["st_bytes"]] = st.uniq_all * st.nbytes
         f[ix["st_local"]] = float(st.local)
-        ct, dis, lvl = reuse(st)
+        ct, lvl = reuse(st)
         f[ix["st_reuse_ct"]] = ct
-        f[ix["st_reuse_dis_iter"]] = dis
         f[ix["st_reuse_dis_bytes"]] = fp[lvl] if lvl >= 0 else 0.0
 
         nl = len(lds)
@@ -477,11 +456,9 @@ class _Walker:
             f[ix["ld_contig_frac"]] = sum(1 for x in strides if x == 1.0) / nl
             f[ix["ld_reuse_frac"]] = sum(1 for x in strides if x == 0.0) / nl
             f[ix["ld_strided_frac"]] = sum(1 for x in strides if x > 1.0) / nl
-            f[ix["ld_local_frac"]] = sum(1 for a in lds if a.local) / nl
             rs = [reuse(a) for a in lds]
             f[ix["ld_reuse_ct_min"]] = min(r[0] for r in rs)
-            f[ix["ld_reuse_dis_iter_max"]] = max(r[1] for r in rs)
-            f[ix["ld_reuse_dis_bytes_max"]] = max(fp[r[2]] if r[2] >= 0 else 0.0 for r in rs)
+            f[ix["ld_reuse_dis_bytes_max"]] = max(fp[r[1]] if r[1] >= 0 else 0.0 for r in rs)
 
         for k in (1, 2, 3):
             f[ix[f"fp_inner{k}"]] = fp[min(k, depth)]
