@@ -78,3 +78,18 @@ def test_bad_traces_are_rejected():
         space.replay(Trace(99, trace.decisions))
     with pytest.raises(ScheduleError, match="unreadable trace"):
         Trace.from_json("{")
+
+
+def test_random_traces_of_workload_tasks_compile_and_match():
+    from tlmir.workloads import split_tasks
+    tasks = [t for t in split_tasks("held-out") if t.flops < 2e7][:6]
+    assert len(tasks) >= 4
+    rng = random.Random(11)
+    for task in tasks:
+        space = SearchSpace(task.outputs, HW2)
+        sch, trace = space.sample(rng)
+        ins = task.random_inputs(0)
+        outs = [np.zeros(t.shape, t.dtype) for t in task.outputs]
+        tlmir.build(sch, task.args)(*ins, *outs)
+        for got, want in zip(outs, task.reference_outputs(ins)):
+            np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3, err_msg=f"{task.name}: {trace}")

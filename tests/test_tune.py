@@ -110,3 +110,16 @@ def test_bad_strategy_and_target():
         tune(task, trials=1, strategy="magic", progress=False)
     with pytest.raises(tlmir.TlmirError, match="unknown target"):
         tune(task, trials=1, target="tpu", progress=False)
+
+
+def test_replaying_a_database_record_rebuilds_the_measured_program(tmp_path):
+    from tlmir.schedule.decider import Trace
+    from tlmir.schedule.space import SearchSpace
+    task = Task.from_op(ops.dense(16, 32, 24, bias=True, act="relu"))
+    db = str(tmp_path / "d.db")
+    res = tune(task, trials=6, strategy="random", db=db, sp=SMALL, progress=False)
+    with RecordDB(db) as rdb:
+        rec = rdb.best(task.key, rdb.records(task.key)[0].hw_key)[0]
+    space = SearchSpace(task.outputs)
+    again = tlmir.lower(space.replay(Trace.from_json(rec.trace)), task.args)
+    assert str(again) == str(tlmir.lower(res.best_schedule(), task.args))

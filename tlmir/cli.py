@@ -184,6 +184,10 @@ def main(argv: list[str] | None = None) -> int:
     except TlmirError as e:
         print(f"tlmir: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("\ntlmir: interrupted; every finished measurement is in the records database",
+              file=sys.stderr)
+        return 130
     return 0
 
 
