@@ -1,0 +1,262 @@
+"""LM-driven schedule generation (paper Alg. 2, constrained).
+
+Each candidate runs the ordinary sketch code in its own thread with an `LMDecider`.
+At every question the decider hands the question's words and the words of every
+valid answer to the batcher and waits. The batcher advances all waiting candidates
+together: it feeds the question words through the model (one ragged KV-cache step
+for the whole batch), then samples the answer word by word with the logits masked to
+the words that continue some valid answer (factor by factor for tile sizes). Every
+generated program is therefore valid by construction; `unconstrained=True` samples
+the raw model instead, to measure how well it has learned the language itself.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from ..errors import LanguageError, TlmirError
+from ..runtime.target import HardwareParams
+from ..schedule.decider import Decider, Trace
+from ..schedule.space import SearchSpace
+from .language import (answer_words, decision_words, prefix_words, sentence_to_trace,
+                       trace_to_sentence)
+
+
+@dataclass
+class Sampling:
+    temperature: float = 1.0
+    top_k: int = 0        # 0: no top-k cut
+    top_p: float = 1.0    # 1: no nucleus cut
+
+
+@dataclass
+class _Request:
+    question: list            # token ids to feed (the question words, ending in "=")
+    options: list             # each valid answer as a list of token ids
+    done: threading.Event = field(default_factory=threading.Event)
+    choice: int = -1
+
+
+class LMDecider(Decider):
+    """Answers questions by asking the batcher (one instance per candidate thread)."""
+
+    def __init__(self, batcher: "_Batcher", row: int):
+        super().__init__()
+        self.batcher, self.row = batcher, row
+
+    def tile(self, question: str, extent: int, parts: int, max_innermost: int) -> tuple:
+        self._extent = extent
+        try:
+            return super().tile(question, extent, parts, max_innermost)
+        finally:
+            self._extent = None
+
+    _extent = None
+
+    def _decide(self, question: str, options: list):
+        tok = self.batcher.tok
+        qwords, _ = decision_words(question, options[0], self._extent)
+        req = _Request(tok.encode(qwords), [tok.encode(w) for w in answer_words(options)])
+        self.batcher.submit(self.row, req)
+        return options[req.choice]
+
+
+class _Batcher:
+    """Runs the model for all waiting candidates at once."""
+
+    def __init__(self, model, tok, sampling: Sampling, rng: torch.Generator):
+        self.model, self.tok, self.sampling, self.rng = model, tok, sampling, rng
+        self.cv = threading.Condition()
+        self.pending: dict[int, _Request] = {}
+        self.active: set[int] = set()
+        self.decisions = 0
+
+    def submit(self, row: int, req: _Request) -> None:
+        with self.cv:
+            self.pending[row] = req
+            self.cv.notify_all()
+        req.done.wait()
+
+    def finish(self, row: int) -> None:
+        with self.cv:
+            self.active.discard(row)
+            self.cv.notify_all()
+
+    def wait_all_blocked(self) -> dict:
+        with self.cv:
+            self.cv.wait_for(lambda: set(self.pending) >= self.active)
+            batch, self.pending = self.pending, {}
+            return batch
+
+    def pick(self, logits: torch.Tensor, allowed: list[int]) -> int:
+        return sample_token(logits, allowed, self.sampling, self.rng)
+
+
+def sample_token(logits: torch.Tensor, allowed: list[int], s: Sampling, rng: torch.Generator) -> int:
+    """Sample one token id among `allowed` from a row's logits (temperature, top-k, top-p)."""
+    sub = logits[allowed].float()
+    if s.temperature <= 0:
+        return allowed[int(torch.argmax(sub))]
+    sub = sub / s.temperature
+    if s.top_k and s.top_k < len(allowed):
+        kth = torch.topk(sub, s.top_k).values[-1]
+        sub = torch.where(sub < kth, torch.full_like(sub, -float("inf")), sub)
+    probs = torch.softmax(sub, dim=0)
+    if s.top_p < 1.0:
+        sorted_p, order = torch.sort(probs, descending=True)
+        keep = torch.cumsum(sorted_p, 0) - sorted_p < s.top_p
+        mask = torch.zeros_like(probs, dtype=torch.bool)
+        mask[order[keep]] = True
+        probs = torch.where(mask, probs, torch.zeros_like(probs))
+        probs = probs / probs.sum()
+    return allowed[int(torch.multinomial(probs, 1, generator=rng))]
+
+
+@dataclass
+class Generated:
+    trace: Trace | None
+    schedule: object | None
+    sentence: str
+    error: str | None = None
+
+
+class Generator:
+    """Generates schedules for a task with a trained TLM."""
+
+    def __init__(self, model, tokenizer, hw: HardwareParams, sampling: Sampling | None = None, seed: int = 0):
+        self.model, self.tok, self.hw = model.eval(), tokenizer, hw
+        self.sampling = sampling or Sampling()
+        self.rng = torch.Generator().manual_seed(seed)
+        self.seed = seed
+
+    def _prefix_cache(self, task, batch: int):
+        ids = self.tok.encode(prefix_words(task, self.hw))
+        cache = self.model.new_cache(1)
+        logits = self.model.step(torch.tensor([ids]), torch.tensor([len(ids)]), cache)
+        return cache.expand(batch), logits[0, -1]
+
+    @torch.inference_mode()
+    def generate(self, task, n: int, batch_size: int = 64, space: SearchSpace | None = None) -> list[Generated]:
+        """n constrained candidates for `task` (every one a valid schedule of the space)."""
+        space = space or SearchSpace(task.outputs, self.hw)
+        out: list[Generated] = []
+        while len(out) < n:
+            out += self._batch(task, space, min(batch_size, n - len(out)))
+        return out
+
+    def _batch(self, task, space: SearchSpace, b: int) -> list[Generated]:
+        cache, first = self._prefix_cache(task, b)
+        batcher = _Batcher(self.model, self.tok, self.sampling, self.rng)
+        sketch_ids = [self.tok.encode([str(i)]) for i in range(len(space.sketches))]
+        starts = [batcher.pick(first, [s[0] for s in sketch_ids]) for _ in range(b)]
+        sketches = [next(i for i, s in enumerate(sketch_ids) if s[0] == t) for t in starts]
+        feed: list[list[int]] = [[t] for t in starts]  # tokens chosen but not yet fed
+        results: list = [None] * b
+        batcher.active = set(range(b))
+
+        def run(row: int) -> None:
+            try:
+                sch, trace = space.apply(sketches[row], LMDecider(batcher, row))
+                results[row] = Generated(trace, sch, "")
+            except TlmirError as e:  # cannot happen for valid spaces; reported, not hidden
+                results[row] = Generated(None, None, "", f"{type(e).__name__}: {e}")
+            finally:
+                batcher.finish(row)
+
+        threads = [threading.Thread(target=run, args=(r,), daemon=True) for r in range(b)]
+        for t in threads:
+            t.start()
+        while True:
+            reqs = batcher.wait_all_blocked()
+            if not reqs:
+                break
+            self._answer(reqs, feed, cache, batcher)
+        for t in threads:
+            t.join()
+        for g in results:
+            if g.trace is not None:
+                g.sentence = trace_to_sentence(task, self.hw, g.trace)
+        return results
+
+    def _step(self, feed: list, rows: list[int], cache) -> torch.Tensor:
+        """Feed each listed row its pending tokens; returns the logits after each row's last token."""
+        b = len(feed)
+        width = max(len(feed[r]) for r in rows)
+        tokens = torch.full((b, width), self.tok.pad_id, dtype=torch.long)
+        n_new = torch.zeros(b, dtype=torch.long)
+        for r in rows:
+            tokens[r, : len(feed[r])] = torch.tensor(feed[r])
+            n_new[r] = len(feed[r])
+        logits = self.model.step(tokens, n_new, cache)
+        last = torch.clamp(n_new - 1, min=0)
+        out = logits[torch.arange(b), last]
+        for r in rows:
+            feed[r] = []
+        return out
+
+    def _answer(self, reqs: dict, feed: list, cache, batcher: _Batcher) -> None:
+        for r, req in reqs.items():
+            feed[r] = feed[r] + req.question
+        chosen: dict[int, list[int]] = {r: [] for r in reqs}
+        live = {r: list(range(len(req.options))) for r, req in reqs.items()}
+        rows = list(reqs)
+        while rows:
+            logits = self._step(feed, rows, cache)
+            nxt = []
+            for r in rows:
+                depth = len(chosen[r])
+                opts = reqs[r].options
+                allowed = sorted({opts[i][depth] for i in live[r]})
+                tok = batcher.pick(logits[r], allowed)
+                chosen[r].append(tok)
+                live[r] = [i for i in live[r] if opts[i][depth] == tok]
+                feed[r] = [tok]
+                if any(len(opts[i]) > depth + 1 for i in live[r]):
+                    nxt.append(r)
+            rows = nxt
+        for r, req in reqs.items():
+            req.choice = next(i for i in live[r] if req.options[i] == chosen[r])
+            batcher.decisions += 1
+            req.done.set()
+
+    @torch.inference_mode()
+    def unconstrained(self, task, n: int, batch_size: int = 64, max_tokens: int = 1024) -> list[Generated]:
+        """Sample the raw model (no mask) and parse what comes out."""
+        out: list[Generated] = []
+        prefix = prefix_words(task, self.hw)
+        while len(out) < n:
+            b = min(batch_size, n - len(out))
+            cache, first = self._prefix_cache(task, b)
+            words: list[list[str]] = [[] for _ in range(b)]
+            logits = first.expand(b, -1)
+            alive = list(range(b))
+            vocab = list(range(self.tok.vocab_size))
+            feed: list[list[int]] = [[] for _ in range(b)]
+            for _ in range(max_tokens - len(prefix)):
+                for r in alive:
+                    t = sample_token(logits[r], vocab, self.sampling, self.rng)
+                    feed[r] = [t]
+                    words[r].append(self.tok.word(t))
+                alive = [r for r in alive if words[r][-1] != "</s>"]
+                if not alive:
+                    break
+                logits = self._step(feed, alive, cache)
+            for w in words:
+                sentence = " ".join(prefix + w)
+                try:
+                    out.append(Generated(sentence_to_trace(sentence), None, sentence))
+                except LanguageError as e:
+                    out.append(Generated(None, None, sentence, str(e)))
+        return out
+
+def programs_per_second(gen: Generator, task, n: int, batch_size: int) -> tuple[float, float]:
+    """(complete programs/s, decisions/s) of constrained generation."""
+    t0 = time.perf_counter()
+    res = gen.generate(task, n, batch_size)
+    dt = time.perf_counter() - t0
+    decisions = sum(len(g.trace.decisions) + 1 for g in res if g.trace is not None)
+    return len(res) / dt, decisions / dt
+
