@@ -260,7 +260,8 @@ def test_cost_model_ranks_held_out_programs(measured):
     model.fit(X[train], y[train], g[train])
     fit_s = time.perf_counter() - t0
     pred = model.predict(X[test])
-    rho = {k: spearman(pred[g[test] == k], y[test][g[test] == k]) for k in np.unique(g)}
+    names = sorted(MEASURED_OPS)
+    rho = {names[k]: spearman(pred[g[test] == k], y[test][g[test] == k]) for k in np.unique(g)}
     print(f"fit {fit_s:.2f}s on {len(train)} programs; held-out Spearman per op {rho}")
     assert min(rho.values()) > 0.4 and np.mean(list(rho.values())) > 0.5, rho
     # the model's favourite held-out program of each op is far better than a typical one

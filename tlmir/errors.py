@@ -35,3 +35,11 @@ class MeasureError(TlmirError):
 
 class RecordError(TlmirError):
     """A records database or record file is unreadable or inconsistent."""
+
+
+class ModelError(TlmirError):
+    """A model checkpoint or training input is invalid."""
+
+
+class LanguageError(TlmirError):
+    """A tensor sentence is malformed, of another version, or has unknown words."""

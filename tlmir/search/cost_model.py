@@ -17,6 +17,7 @@ numpy .npz archive of plain arrays; loading never unpickles.
 """
 from __future__ import annotations
 
+import math
 import os
 import time
 
@@ -50,7 +51,12 @@ class CostModel:
 
     fit(features [n, d], throughputs [n], groups [n]) retrains from scratch (seeded);
     predict(features [m, d]) -> float64 scores [m]. Before any successful fit predict
-    returns zeros (every candidate ties)."""
+    returns zeros (every candidate ties). A fit on fewer than two samples is a no-op.
+
+    Training costs `steps` mini-batches of `batch_size` programs (plus as many same-task
+    partners) whatever n is: about 1 s on one core. `num_threads` (default 1) bounds
+    torch's threads during fit; for a net this small more threads only add
+    synchronisation, and on a busy 2-core machine 2 threads ran 25x slower than 1."""
 
     def __init__(self, hidden: tuple[int, int] = (128, 64), steps: int = 600, batch_size: int = 256,
                  lr: float = 2e-3, weight_decay: float = 1e-4, rank_weight: float = 3.0,
@@ -59,6 +65,8 @@ class CostModel:
         if len(self.hidden) != 2 or min(self.hidden) < 1:
             raise errors.TlmirError(f"CostModel: hidden must be two positive widths, got {hidden!r}")
         self.steps, self.batch_size = int(steps), int(batch_size)
+        if self.steps < 1 or self.batch_size < 1:
+            raise errors.TlmirError(f"CostModel: steps and batch_size must be >= 1, got {steps}, {batch_size}")
         self.lr, self.weight_decay, self.rank_weight = float(lr), float(weight_decay), float(rank_weight)
         self.seed, self.num_threads = int(seed), int(num_threads)
         self.mean: np.ndarray | None = None
@@ -125,11 +133,15 @@ class CostModel:
                     torch.nn.Linear(h1, h2), torch.nn.ReLU(),
                     torch.nn.Linear(h2, 1))
                 opt = torch.optim.AdamW(net.parameters(), lr=self.lr, weight_decay=self.weight_decay)
-                sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=self.lr, total_steps=steps,
-                                                            pct_start=0.1)
+                warm = max(1, steps // 10)
+                # linear warm-up, then cosine decay to zero
+                lrs = [self.lr * min(1.0, (k + 1) / warm) * 0.5 * (1.0 + math.cos(math.pi * k / steps))
+                       for k in range(steps)]
                 Zt, yt = torch.from_numpy(Z), torch.from_numpy(y)
                 pt = torch.from_numpy(pairs)
                 for step in range(steps):
+                    for group in opt.param_groups:
+                        group["lr"] = lrs[step]
                     b = pt[step]
                     s = net(Zt[b]).squeeze(1)
                     yb = yt[b]
@@ -143,7 +155,6 @@ class CostModel:
                     opt.zero_grad(set_to_none=True)
                     loss.backward()
                     opt.step()
-                    sched.step()
                 return [p.detach().numpy().astype(np.float32).T.copy() if p.ndim == 2
                         else p.detach().numpy().astype(np.float32).copy() for p in net.parameters()]
         finally:
@@ -151,7 +162,7 @@ class CostModel:
 
     # ------------------------------------------------------------------ scoring
     def predict(self, features) -> np.ndarray:
-        X = np.asarray(features, dtype=np.float64)
+        X = np.asarray(features, dtype=np.float32)
         if X.ndim == 1:
             X = X[None, :]
         if X.ndim != 2:
@@ -161,11 +172,17 @@ class CostModel:
         if X.shape[1] != self.n_features:
             raise errors.TlmirError(f"CostModel.predict: the model was trained on {self.n_features} "
                                     f"features, got {X.shape[1]}")
-        X = np.nan_to_num(X, nan=0.0, posinf=0.0, neginf=0.0)
-        h = np.clip((X - self.mean) / self.std, -_CLIP, _CLIP).astype(np.float32)
+        if not np.isfinite(X).all():
+            X = np.nan_to_num(X, nan=0.0, posinf=0.0, neginf=0.0)
+        h = (X - self.mean.astype(np.float32)) / self.std.astype(np.float32)
+        np.clip(h, -_CLIP, _CLIP, out=h)
         W1, b1, W2, b2, W3, b3 = self.params
-        h = np.maximum(h @ W1 + b1, 0.0)
-        h = np.maximum(h @ W2 + b2, 0.0)
+        h = h @ W1
+        h += b1
+        np.maximum(h, 0.0, out=h)
+        h = h @ W2
+        h += b2
+        np.maximum(h, 0.0, out=h)
         return (h @ W3 + b3)[:, 0].astype(np.float64)
 
     # ------------------------------------------------------------------ persistence

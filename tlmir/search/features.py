@@ -23,7 +23,9 @@ coeff/c and `x % c` keeps the coefficients of `x` that are not multiples of c, i
 *average* stride of div/mod indices; anything else — products of variables, loads,
 min/max over two varying sides — marks the variable as unknown, treated as a dependence
 with an irregular stride). From the coefficients of one access:
-- stride of the innermost loop variable (0 = reuse, 1 = contiguous, large = strided);
+- stride of the innermost loop variable (0 = reuse, 1 = contiguous, large = strided),
+  and of the innermost loop that is not unrolled (the `eff_*` features: unrolled loops
+  become straight-line code, so that loop is the one LLVM auto-vectorizes);
 - reuse: the product of extents of loops the index does not depend on (`reuse_ct`),
   and the bytes all the store's accesses touch inside the innermost such loop (the reuse
   distance, `reuse_dis_bytes`);

@@ -1,0 +1,305 @@
+"""The tensor language (v1): a schedule trace written as one sentence of words.
+
+    <s> v1 task <task prompt> hw <hardware prompt> sketch <id> <decisions> </s>
+
+Task prompt (the ComputeDAG of the task's outputs, producers first):
+    input A 1024 1024                                  a placeholder and its shape
+    stage C reduce sp 1024 1024 rd 1024 read A i k read B k j
+        kind (elem | reduce), spatial extents, reduce extents (reductions only), then
+        for every distinct tensor read: the tensor's name and each index expression
+        printed as one word (spaces removed: `p*2+rr`, `k//4*4+rc`).
+Hardware prompt: `hw cpu avx512 cores 2 vec 16 l1 48K l2 2048K`.
+Decisions, in trace order:
+    tile C.i 1024 = 4 8 2 16      a tile question: name, extent (context: the product of
+                                  the answer), `=`, the factors outermost first
+    at pad = conv.k.outer         any other question: its words, `=`, one answer word
+    parallel C = 3   vec C = 1   unroll C = 512
+
+Every word is one token of a word-level vocabulary (tlmir.lm.tokenizer). Answers parse
+back to the types the space offers — tuples of ints for tiles, ints for numeric
+choices, strings otherwise — so `sentence_to_trace(trace_to_sentence(task, hw, t)) == t`.
+A format change bumps VERSION: sentences of another version are refused, never
+silently mixed in.
+"""
+from __future__ import annotations
+
+import random
+import re
+import statistics
+from typing import Any, Iterable, Sequence
+
+from ..errors import LanguageError
+from ..ir.dag import ComputeDAG
+from ..ir.expr import TensorRead, walk
+from ..ir.printer import expr_str
+from ..ir.tensor import ComputeOp
+from ..runtime.target import HardwareParams
+from ..schedule.decider import Trace
+
+VERSION = "v1"
+BOS, EOS = "<s>", "</s>"
+QUESTION_KEYWORDS = ("tile", "at", "parallel", "vec", "unroll")
+STRUCTURAL_WORDS = (BOS, EOS, VERSION, "task", "hw", "sketch", "stage", "input", "read",
+                    "sp", "rd", "elem", "reduce", "=")
+RESERVED_WORDS = STRUCTURAL_WORDS + QUESTION_KEYWORDS
+MAX_TOKENS = 1024
+
+_INT = re.compile(r"-?\d+\Z")
+# words a name may never be: they would make a sentence ambiguous to parse
+_FORBIDDEN_NAMES = {BOS, EOS, "sketch", "=", "<pad>", "<unk>"}
+
+
+def _is_int(word: str) -> bool:
+    return bool(_INT.match(word))
+
+
+def _name(name: str, what: str) -> str:
+    if not name or any(c.isspace() for c in name) or name in _FORBIDDEN_NAMES or "=" in name:
+        raise LanguageError(f"{what} name {name!r} cannot be written in a tensor sentence "
+                            f"(it must be one word, without '=', and not one of "
+                            f"{sorted(_FORBIDDEN_NAMES)})")
+    return name
+
+
+def _one_word(e) -> str:
+    return "".join(expr_str(e).split())
+
+
+# ------------------------------------------------------------------------ prompts
+
+def task_prompt(task) -> list[str]:
+    """`task` + one clause per stage of the task's ComputeDAG, producers first.
+    `task` is a Task (anything with `.outputs`) or a list of output tensors."""
+    outputs = getattr(task, "outputs", task)
+    words = ["task"]
+    for facts in ComputeDAG(outputs).stages:
+        op = facts.op
+        if not isinstance(op, ComputeOp):
+            words += ["input", _name(op.name, "tensor")] + [str(int(d)) for d in op.shape]
+            continue
+        words += ["stage", _name(op.name, "stage"), "reduce" if op.reduce_axis else "elem", "sp"]
+        words += [str(a.extent) for a in op.axis]
+        if op.reduce_axis:
+            words += ["rd"] + [str(a.extent) for a in op.reduce_axis]
+        seen: set = set()
+        for node in walk(op.body):
+            if isinstance(node, TensorRead):
+                clause = ("read", _name(node.tensor.name, "tensor"),
+                          *(_one_word(i) for i in node.indices))
+                if clause not in seen:
+                    seen.add(clause)
+                    words += clause
+    return words
+
+
+def hw_prompt(hw: HardwareParams) -> list[str]:
+    """`hw cpu avx512 cores 2 vec 16 l1 48K l2 2048K`."""
+    return ["hw", _name(hw.kind, "hardware kind"), _name(hw.isa, "isa"), "cores", str(hw.cores),
+            "vec", str(hw.vector_lanes), "l1", f"{hw.l1_kb}K", "l2", f"{hw.l2_kb}K"]
+
+
+def prefix_words(task, hw: HardwareParams) -> list[str]:
+    """Everything a sentence says before the decisions, ending with `sketch`."""
+    return [BOS, VERSION] + task_prompt(task) + hw_prompt(hw) + ["sketch"]
+
+
+# ------------------------------------------------------------------------ decisions
+
+def _question_words(question: str) -> list[str]:
+    words = question.split()
+    if not words or words[0] not in QUESTION_KEYWORDS:
+        raise LanguageError(f"question {question!r} is not of a kind the language v1 can "
+                            f"write (kinds: {', '.join(QUESTION_KEYWORDS)})")
+    if len(words) != 2 or words[1] in RESERVED_WORDS or "=" in words[1]:
+        raise LanguageError(f"question {question!r} must be '<kind> <name>' with a "
+                            f"non-reserved name")
+    return words
+
+
+def _answer_word(answer: Any, question: str) -> str:
+    if isinstance(answer, bool) or not isinstance(answer, (int, str)):
+        raise LanguageError(f"answer {answer!r} to {question!r} must be an int or a string")
+    word = str(answer)
+    if isinstance(answer, str) and (not word or any(c.isspace() for c in word) or _is_int(word)
+                                    or word in RESERVED_WORDS or word in _FORBIDDEN_NAMES):
+        raise LanguageError(f"answer {answer!r} to {question!r} cannot be written as one "
+                            f"unambiguous word")
+    return word
+
+
+def decision_words(question: str, answer: Any, extent: int | None = None) -> tuple[list[str], list[str]]:
+    """(question words ending with '=', answer words) of one decision.
+
+    A tile question's words carry the extent (the product of the answer when `extent`
+    is None); its answer words are the factors. Any other answer is one word."""
+    qwords = _question_words(question)
+    if qwords[0] == "tile":
+        if not isinstance(answer, (tuple, list)) or not answer or not all(
+                isinstance(f, int) and not isinstance(f, bool) and f >= 1 for f in answer):
+            raise LanguageError(f"answer {answer!r} to {question!r} must be a tuple of positive ints")
+        prod = 1
+        for f in answer:
+            prod *= f
+        if extent is None:
+            extent = prod
+        elif extent != prod:
+            raise LanguageError(f"answer {tuple(answer)} to {question!r} multiplies to {prod}, "
+                                f"not the extent {extent}")
+        return qwords + [str(extent), "="], [str(f) for f in answer]
+    return qwords + ["="], [_answer_word(answer, question)]
+
+
+def answer_words(options: Sequence) -> list[list[str]]:
+    """Each option of a question as its answer words (for constrained decoding)."""
+    out = []
+    for o in options:
+        if isinstance(o, (tuple, list)):
+            out.append([str(f) for f in o])
+        else:
+            out.append([_answer_word(o, "a question")])
+    return out
+
+
+# ------------------------------------------------------------------------ sentences
+
+def trace_words(trace: Trace) -> list[str]:
+    """`<id> <decisions>` (the words between `sketch` and `</s>`)."""
+    if isinstance(trace.sketch, bool) or not isinstance(trace.sketch, int) or trace.sketch < 0:
+        raise LanguageError(f"sketch id {trace.sketch!r} must be a non-negative int")
+    words = [str(trace.sketch)]
+    for question, answer in trace.decisions:
+        q, a = decision_words(question, answer)
+        words += q + a
+    return words
+
+
+def trace_to_sentence(task, hw: HardwareParams, trace: Trace) -> str:
+    """The sentence of a trace of `task` on `hw`."""
+    return " ".join(prefix_words(task, hw) + trace_words(trace) + [EOS])
+
+
+def _words(sentence) -> list[str]:
+    if isinstance(sentence, str):
+        return sentence.split()
+    if isinstance(sentence, (list, tuple)) and all(isinstance(w, str) for w in sentence):
+        return list(sentence)
+    raise LanguageError(f"a sentence is a string or a list of words, not {type(sentence).__name__}")
+
+
+def _show(words: Sequence[str], n: int = 12) -> str:
+    text = " ".join(words[:n])
+    return text + (" ..." if len(words) > n else "")
+
+
+def parse_sentence(sentence, check_version: bool = True) -> tuple[str, list[str], Trace]:
+    """(version, prompt words (from `task` up to `sketch`, exclusive), Trace)."""
+    words = _words(sentence)
+    if not words:
+        raise LanguageError("empty sentence")
+    if words[0] != BOS:
+        raise LanguageError(f"sentence does not start with {BOS}: {_show(words)!r}")
+    if words[-1] != EOS:
+        raise LanguageError(f"sentence does not end with {EOS} (truncated?): ...{' '.join(words[-8:])!r}")
+    if len(words) < 3 or not re.match(r"v\d+\Z", words[1]):
+        raise LanguageError(f"sentence has no version word after {BOS} (this tlmir speaks "
+                            f"{VERSION}): {_show(words)!r}")
+    version = words[1]
+    if check_version and version != VERSION:
+        raise LanguageError(f"sentence is version {version}, this tlmir speaks {VERSION}")
+    if words[2] != "task":
+        raise LanguageError(f"expected 'task' after the version, got {words[2]!r}")
+    try:
+        s = words.index("sketch", 3)
+    except ValueError:
+        raise LanguageError(f"sentence has no 'sketch' word: {_show(words)!r}") from None
+    prompt = words[2:s]
+    if "hw" not in prompt:
+        raise LanguageError("sentence has no hardware prompt ('hw ...') before 'sketch'")
+    body = words[s + 1:-1]
+    if not body or not _is_int(body[0]) or int(body[0]) < 0:
+        raise LanguageError(f"expected a sketch id after 'sketch', got {body[0] if body else EOS!r}")
+    return version, prompt, Trace(int(body[0]), _parse_decisions(body[1:], s + 2))
+
+
+def _parse_decisions(w: list[str], offset: int) -> list:
+    decisions, p, n = [], 0, len(w)
+    while p < n:
+        kw = w[p]
+        where = f"word {offset + p}"
+        if kw not in QUESTION_KEYWORDS:
+            raise LanguageError(f"{where}: expected a question ({', '.join(QUESTION_KEYWORDS)}), "
+                                f"got {kw!r} in {_show(w[p:], 8)!r}")
+        qlen = 3 if kw == "tile" else 2
+        head = w[p:p + qlen]
+        if len(head) < qlen or p + qlen >= n or w[p + qlen] != "=":
+            raise LanguageError(f"{where}: decision {_show(w[p:p + qlen + 1], 8)!r} has no '=' "
+                                f"after its question (expected "
+                                f"'{'tile <stage.axis> <extent>' if kw == 'tile' else kw + ' <name>'} =')")
+        name = head[1]
+        if name in RESERVED_WORDS:
+            raise LanguageError(f"{where}: question {kw!r} names a reserved word {name!r}")
+        question = f"{kw} {name}"
+        a = p + qlen + 1
+        if kw == "tile":
+            if not _is_int(head[2]) or int(head[2]) < 1:
+                raise LanguageError(f"{where}: tile extent {head[2]!r} of {question!r} is not a positive int")
+            e = a
+            while e < n and _is_int(w[e]):
+                e += 1
+            factors = tuple(int(x) for x in w[a:e])
+            if not factors or any(f < 1 for f in factors):
+                raise LanguageError(f"{where}: tile {question!r} needs positive int factors after "
+                                    f"'=', got {_show(w[a:e + 1], 6)!r}")
+            prod = 1
+            for f in factors:
+                prod *= f
+            if prod != int(head[2]):
+                raise LanguageError(f"{where}: tile {question!r} factors {' '.join(w[a:e])} multiply "
+                                    f"to {prod}, not its extent {head[2]}")
+            decisions.append((question, factors))
+            p = e
+        else:
+            if a >= n:
+                raise LanguageError(f"{where}: decision {question!r} has no answer after '='")
+            word = w[a]
+            if word in RESERVED_WORDS or word in _FORBIDDEN_NAMES:
+                raise LanguageError(f"{where}: decision {question!r} has no answer after '=' "
+                                    f"(got the reserved word {word!r})")
+            decisions.append((question, int(word) if _is_int(word) else word))
+            p = a + 1
+    return decisions
+
+
+def sentence_to_trace(sentence) -> Trace:
+    """The trace a sentence describes (the prompt is not needed to read it)."""
+    return parse_sentence(sentence)[2]
+
+
+# ------------------------------------------------------------------------ statistics
+
+def sentence_lengths(tasks: Iterable, hw: HardwareParams, n_per_task: int = 4, seed: int = 0,
+                     every_sketch: bool = False) -> list[int]:
+    """Words (= tokens) of random sentences of each task: `n_per_task` random traces,
+    plus one per sketch with `every_sketch` (catches the longest sketch)."""
+    from ..schedule.decider import RandomDecider
+    from ..schedule.space import SearchSpace
+    rng = random.Random(seed)
+    out = []
+    for task in tasks:
+        space = SearchSpace(task.outputs, hw)
+        prefix = len(prefix_words(task, hw))
+        traces = [space.sample(rng)[1] for _ in range(n_per_task)]
+        if every_sketch:
+            traces += [space.apply(k, RandomDecider(rng))[1] for k in range(len(space.sketches))]
+        out += [prefix + len(trace_words(t)) + 1 for t in traces]
+    return out
+
+
+def length_summary(lengths: Sequence[int]) -> dict:
+    """min / median / p95 / max / mean of sentence lengths."""
+    if not lengths:
+        return {"n": 0}
+    s = sorted(lengths)
+    return {"n": len(s), "min": s[0], "median": statistics.median(s),
+            "p95": s[min(len(s) - 1, int(0.95 * len(s)))], "max": s[-1],
+            "mean": round(statistics.fmean(s), 1)}

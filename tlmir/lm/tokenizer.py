@@ -1,0 +1,221 @@
+"""A word-level tokenizer for tensor sentences (`tokenizers` WordLevel + WhitespaceSplit).
+
+Ids 0..3 are the special tokens <pad> <unk> <s> </s>, then the reserved words of the
+language, then every other word in a fixed order (numbers by value, then names).
+The vocabulary is enumerated from the tasks' schedule spaces, not only from sampled
+data: the prompt words of every task, every question and every answer word of every
+option any question offers (an `OptionRecorder` walks each sketch, preferring options
+it has not offered yet, until a walk finds nothing new), every sketch id, the small
+counts 0..16 and every divisor <= 4096 of any extent of the tasks. So no valid decision
+of those tasks is ever <unk>. Saved as one JSON file (`tokenizers`' own format).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+from typing import Iterable, Sequence
+
+from ..errors import LanguageError
+from ..runtime.target import HardwareParams
+from ..schedule.decider import Decider
+from .language import RESERVED_WORDS, _is_int, decision_words, prefix_words
+
+PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
+SPECIAL = (PAD, UNK, BOS, EOS)
+MAX_DIVISOR = 4096
+SMALL_INTS = range(0, 17)
+
+
+class OptionRecorder(Decider):
+    """Answers at random but records the words of every option offered at every question.
+
+    `seen` (shared across walks of one sketch) makes it prefer, at every question but
+    tile sizes, an option it has not taken before, so repeated walks explore the choices
+    that change the structure later questions see (compute locations, parallel depth).
+    `new` counts the options this walk offered or took for the first time."""
+
+    def __init__(self, rng: random.Random, words: set, seen: set | None = None):
+        super().__init__()
+        self.rng, self.words = rng, words
+        self.seen = seen if seen is not None else set()
+        self.new = 0  # (question, option) pairs this walk offered or took for the first time
+
+    def _decide(self, question: str, options: list):
+        for opt in options:
+            key = (question, opt)
+            if key not in self.seen:
+                self.seen.add(key)
+                self.new += 1
+                q, a = decision_words(question, opt)
+                self.words.update(q)
+                self.words.update(a)
+        if question.startswith("tile "):  # every factorization is recorded already
+            return self.rng.choice(options)
+        untaken = [o for o in options if (question, o, "taken") not in self.seen]
+        pick = self.rng.choice(untaken or options)
+        if untaken:
+            self.seen.add((question, pick, "taken"))
+            self.new += 1
+        return pick
+
+
+def _divisors(n: int, limit: int = MAX_DIVISOR) -> set[int]:
+    out = set()
+    d = 1
+    while d * d <= n:
+        if n % d == 0:
+            if d <= limit:
+                out.add(d)
+            if n // d <= limit:
+                out.add(n // d)
+        d += 1
+    return out
+
+
+def space_words(task, hw: HardwareParams, samples_per_sketch: int = 2, seed: int = 0,
+                max_walks: int = 64) -> set[str]:
+    """Every word a sentence of `task` on `hw` can contain (see the module docstring)."""
+    from ..ir.dag import ComputeDAG
+    from ..schedule.space import SearchSpace
+    words = set(prefix_words(task, hw))
+    space = SearchSpace(task.outputs, hw)
+    words.update(str(k) for k in range(len(space.sketches)))
+    rng = random.Random(seed)
+    for k in range(len(space.sketches)):
+        seen: set = set()
+        for walk in range(max_walks):
+            rec = OptionRecorder(rng, words, seen)
+            space.apply(k, rec)
+            if walk + 1 >= samples_per_sketch and rec.new == 0:
+                break
+    extents = set()
+    for st in ComputeDAG(task.outputs).stages:
+        extents.update(int(d) for d in st.op.shape)
+        red = 1
+        for a in st.op.reduce_axis:
+            extents.add(a.extent)
+            red *= a.extent
+        extents.add(red)
+    extents.update(int(w) for w in words if _is_int(w))
+    for e in extents:
+        if e > 0:
+            words.update(str(d) for d in _divisors(e))
+    words.update(str(i) for i in SMALL_INTS)
+    return words
+
+
+def _order(word: str) -> tuple:
+    return (0, int(word), "") if _is_int(word) else (1, 0, word)
+
+
+class Tokenizer:
+    """A `tokenizers.Tokenizer` (WordLevel, WhitespaceSplit) with the language's helpers."""
+
+    def __init__(self, hf):
+        self.hf = hf
+        self._vocab: dict[str, int] = hf.get_vocab(with_added_tokens=True)
+        self._words: list[str] = [""] * len(self._vocab)
+        for w, i in self._vocab.items():
+            if i >= len(self._words):
+                raise LanguageError(f"tokenizer vocabulary is not dense (id {i} of {len(self._vocab)})")
+            self._words[i] = w
+        for i, w in enumerate(SPECIAL):
+            if self._vocab.get(w) != i:
+                raise LanguageError(f"tokenizer has {w!r} at id {self._vocab.get(w)}, expected {i}")
+        self.pad_id, self.unk_id, self.bos_id, self.eos_id = range(4)
+        self.hash = hashlib.sha256("\n".join(self._words).encode()).hexdigest()[:16]
+
+    # --- construction
+    @classmethod
+    def from_words(cls, words: Iterable[str]) -> "Tokenizer":
+        from tokenizers import AddedToken, Tokenizer as HF, models, pre_tokenizers
+        rest = sorted({w for w in words if w not in SPECIAL and w not in RESERVED_WORDS}, key=_order)
+        for w in rest:
+            if not w or any(c.isspace() for c in w):
+                raise LanguageError(f"vocabulary word {w!r} is not a single word")
+        order = list(SPECIAL) + [w for w in RESERVED_WORDS if w not in SPECIAL] + rest
+        hf = HF(models.WordLevel({w: i for i, w in enumerate(order)}, unk_token=UNK))
+        hf.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        hf.add_special_tokens([AddedToken(w, special=True, single_word=True) for w in SPECIAL])
+        return cls(hf)
+
+    def save(self, path: str) -> None:
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            self.hf.save(path)
+        except OSError as e:
+            raise LanguageError(f"cannot write tokenizer file {path!r}: {e}") from None
+
+    @classmethod
+    def load(cls, path: str) -> "Tokenizer":
+        from tokenizers import Tokenizer as HF
+        if not os.path.isfile(path):
+            raise LanguageError(f"tokenizer file {path!r} does not exist")
+        try:
+            with open(path) as fh:
+                json.load(fh)
+            hf = HF.from_file(path)
+        except Exception as e:  # json / tokenizers raise assorted types for a bad file
+            raise LanguageError(f"tokenizer file {path!r} is corrupt: {type(e).__name__}: "
+                                f"{str(e)[:200]}") from None
+        if type(hf.model).__name__ != "WordLevel":
+            raise LanguageError(f"tokenizer file {path!r} is not a word-level tokenizer")
+        return cls(hf)
+
+    # --- use
+    @property
+    def vocab_size(self) -> int:
+        return len(self._words)
+
+    def id(self, word: str) -> int:
+        return self._vocab.get(word, self.unk_id)
+
+    def word(self, id: int) -> str:
+        if not 0 <= id < len(self._words):
+            raise LanguageError(f"token id {id} is outside the vocabulary (size {self.vocab_size})")
+        return self._words[id]
+
+    def covers(self, words: Iterable[str]) -> list[str]:
+        """The words (each once, in order) that are not in the vocabulary."""
+        missing: dict[str, None] = {}
+        for w in words:
+            if w not in self._vocab:
+                missing.setdefault(w, None)
+        return list(missing)
+
+    def encode(self, words: str | Sequence[str], strict: bool = False) -> list[int]:
+        """Token ids of a sentence (string) or of a list of words; unknown words become
+        <unk>, or raise LanguageError with `strict`."""
+        if isinstance(words, str):
+            ids = self.hf.encode(words).ids
+            wl = None
+        else:
+            wl = list(words)
+            ids = [self._vocab.get(w, self.unk_id) for w in wl]
+        if strict and self.unk_id in ids:
+            wl = wl if wl is not None else words.split()
+            missing = self.covers(wl)
+            raise LanguageError(f"unknown word{'s' if len(missing) > 1 else ''} "
+                                f"{', '.join(map(repr, missing[:10]))} (not in the tokenizer's "
+                                f"vocabulary of {self.vocab_size})")
+        return ids
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """The words of `ids` joined by spaces (<pad> dropped)."""
+        return " ".join(self.word(int(i)) for i in ids if int(i) != self.pad_id)
+
+    def __repr__(self) -> str:
+        return f"Tokenizer({self.vocab_size} words, hash {self.hash})"
+
+
+def build_tokenizer(tasks: Iterable, hw: HardwareParams, sentences: Iterable[str] = (),
+                    samples_per_sketch: int = 2, seed: int = 0) -> Tokenizer:
+    """The tokenizer for sentences of `tasks` on `hw` (and for `sentences`)."""
+    words: set[str] = set(SPECIAL) | set(RESERVED_WORDS)
+    for task in tasks:
+        words |= space_words(task, hw, samples_per_sketch, seed)
+    for s in sentences:
+        words.update(s.split())
+    return Tokenizer.from_words(words)

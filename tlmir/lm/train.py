@@ -1,0 +1,385 @@
+"""Training the tensor language model: next-token pre-training and answer-only fine-tuning.
+
+    stats = pretrain(train_ids, val_ids, GPTConfig.preset("tiny", tok.vocab_size),
+                     "runs/tlm-base", pad_id=tok.pad_id, steps=5000)
+    # SFT: start from the base weights, score only the answer tokens
+    pretrain(sft_ids, sft_val, config, "runs/tlm-sft", tok.pad_id, steps=500,
+             init_from="runs/tlm-base", loss_mask=answer_positions)
+
+Each step draws `batch_size` sequences (a fresh random permutation of the training set
+every epoch, fixed by `seed` and the step number alone), pads them to the longest with
+`pad_id`, and minimises the mean cross-entropy of every real next token (padding, and
+positions `loss_mask` turns off, get target -100). AdamW (weight decay on 2-D weights
+only), linear warm-up then cosine decay to 10% of `lr` at `steps`, gradient clipping 1.0.
+
+`out_dir` ends up holding a loadable model checkpoint (model.safetensors + config.json,
+see checkpoint.py, with the training stats under "train"), the optimizer state and RNG
+(`train_state.safetensors`), `history.json` and `loss.png`. Checkpoints are written at
+every evaluation, when `time_limit` runs out and at the end. Calling `pretrain` again
+with the same `out_dir` resumes from the last checkpoint: same batches, same schedule
+(for the same `steps`), same optimizer state. Nothing is pickled.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+
+from ..errors import ModelError
+from .checkpoint import (CONFIG, atomic_write, atomic_write_text, load_checkpoint, read_config,
+                         save_checkpoint, sha256_file)
+from .model import GPT, GPTConfig
+
+TRAIN_STATE = "train_state.safetensors"
+HISTORY = "history.json"
+PLOT = "loss.png"
+_STATE_FORMAT = "tlmir-train-state"
+
+
+# -- data ----------------------------------------------------------------------------------
+
+class _Data:
+    """Sequences as tensors: inputs seq[:-1], targets seq[1:] with -100 where not scored."""
+
+    def __init__(self, sequences, config: GPTConfig, loss_mask, what: str):
+        self.inputs: list[torch.Tensor] = []
+        self.targets: list[torch.Tensor] = []
+        self.scored = 0
+        for i, seq in enumerate(sequences):
+            seq = list(seq)
+            if len(seq) < 2:
+                raise ModelError(f"{what} sequence {i} has {len(seq)} tokens; at least 2 are needed")
+            if len(seq) - 1 > config.block_size:
+                raise ModelError(f"{what} sequence {i} has {len(seq)} tokens; block_size "
+                                 f"{config.block_size} allows at most {config.block_size + 1}")
+            t = torch.tensor(seq, dtype=torch.long)
+            lo, hi = int(t.min()), int(t.max())
+            if lo < 0 or hi >= config.vocab_size:
+                raise ModelError(f"{what} sequence {i} holds token id {lo if lo < 0 else hi}, "
+                                 f"outside the vocabulary 0..{config.vocab_size - 1}")
+            y = t[1:].clone()
+            if loss_mask is not None:
+                m = [bool(b) for b in loss_mask(seq)]
+                if len(m) == len(seq):
+                    m = m[1:]
+                elif len(m) != len(seq) - 1:
+                    raise ModelError(f"loss_mask gave {len(m)} flags for {what} sequence {i} of "
+                                     f"{len(seq)} tokens (expected {len(seq)} or {len(seq) - 1})")
+                y[~torch.tensor(m, dtype=torch.bool)] = -100
+            self.inputs.append(t[:-1])
+            self.targets.append(y)
+            self.scored += int((y != -100).sum())
+
+    def __len__(self) -> int:
+        return len(self.inputs)
+
+    def batch(self, rows, pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """(inputs [B, T], targets [B, T], number of real input tokens), padded to the longest."""
+        width = max(self.inputs[r].numel() for r in rows)
+        x = torch.full((len(rows), width), pad_id, dtype=torch.long)
+        y = torch.full((len(rows), width), -100, dtype=torch.long)
+        real = 0
+        for i, r in enumerate(rows):
+            n = self.inputs[r].numel()
+            x[i, :n] = self.inputs[r]
+            y[i, :n] = self.targets[r]
+            real += n
+        return x.to(device), y.to(device), real
+
+
+class _Order:
+    """Which sequences step s trains on: slots s*B .. s*B+B-1 of an endless series of
+    per-epoch permutations, so the batches depend only on (seed, step)."""
+
+    def __init__(self, n: int, batch_size: int, seed: int):
+        self.n, self.batch_size, self.seed = n, batch_size, seed
+        self._perms: dict[int, list[int]] = {}
+
+    def _perm(self, epoch: int) -> list[int]:
+        if epoch not in self._perms:
+            if len(self._perms) > 2:
+                self._perms.pop(min(self._perms))
+            g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+            self._perms[epoch] = torch.randperm(self.n, generator=g).tolist()
+        return self._perms[epoch]
+
+    def rows(self, step: int) -> list[int]:
+        start = step * self.batch_size
+        return [self._perm(k // self.n)[k % self.n] for k in range(start, start + self.batch_size)]
+
+
+def lr_at(step: int, steps: int, lr: float, warmup: int) -> float:
+    """Learning rate of (0-based) step: linear warm-up to lr, cosine decay to lr/10 at `steps`."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, steps - warmup))
+    min_lr = 0.1 * lr
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (lr - min_lr)
+
+
+@torch.no_grad()
+def evaluate(model: GPT, data: _Data, pad_id: int, batch_size: int, device) -> float | None:
+    """Mean cross-entropy over every scored target of `data` (None when there are none)."""
+    if not len(data) or not data.scored:
+        return None
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    order = sorted(range(len(data)), key=lambda r: data.inputs[r].numel())  # little padding
+    for i in range(0, len(order), batch_size):
+        x, y, _ = data.batch(order[i:i + batch_size], pad_id, device)
+        logits, _ = model(x)
+        total += float(F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1),
+                                       ignore_index=-100, reduction="sum"))
+        count += int((y != -100).sum())
+    model.train(was_training)
+    return total / count
+
+
+# -- checkpoints of a training run ---------------------------------------------------------
+
+def _same_shape(a: GPTConfig, b: GPTConfig) -> bool:
+    da, db = dataclasses.asdict(a), dataclasses.asdict(b)
+    da.pop("dropout"), db.pop("dropout")
+    return da == db
+
+
+def _optimizer(model: GPT, lr: float, weight_decay: float) -> torch.optim.AdamW:
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.95))
+
+
+def _state_tensors(model: GPT, opt: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
+    out = {"rng.torch": torch.get_rng_state().clone()}
+    for name, p in model.named_parameters():
+        st = opt.state.get(p)
+        if not st:
+            continue
+        out[f"opt.{name}.exp_avg"] = st["exp_avg"].detach().cpu().contiguous()
+        out[f"opt.{name}.exp_avg_sq"] = st["exp_avg_sq"].detach().cpu().contiguous()
+        out[f"opt.{name}.step"] = torch.as_tensor(st["step"], dtype=torch.float32).reshape(1).cpu()
+    return out
+
+
+def _load_state(path: str, model: GPT, opt: torch.optim.Optimizer, step: int) -> None:
+    try:
+        tensors = load_file(path)
+    except Exception as e:
+        raise ModelError(f"{path} is not a readable safetensors file: {e}") from None
+    if "rng.torch" not in tensors:
+        raise ModelError(f"{path} lacks the RNG state")
+    if step > 0:
+        for name, p in model.named_parameters():
+            keys = [f"opt.{name}.{k}" for k in ("exp_avg", "exp_avg_sq", "step")]
+            if any(k not in tensors for k in keys):
+                raise ModelError(f"{path} lacks the optimizer state of {name}")
+            a, s, n = (tensors[k] for k in keys)
+            if tuple(a.shape) != tuple(p.shape) or tuple(s.shape) != tuple(p.shape):
+                raise ModelError(f"{path}: optimizer state of {name} has the wrong shape")
+            opt.state[p] = {"step": n.reshape(()).clone(), "exp_avg": a.to(p.device).clone(),
+                            "exp_avg_sq": s.to(p.device).clone()}
+    torch.set_rng_state(tensors["rng.torch"])
+
+
+def _plot(history: list[dict], path: str) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 4.2), dpi=110)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    tr = [(h["step"], h["train_loss"]) for h in history if h.get("train_loss") is not None]
+    va = [(h["step"], h["val_loss"]) for h in history if h.get("val_loss") is not None]
+    if tr:
+        ax.plot(*zip(*tr), label="train", lw=1.2)
+    if va:
+        ax.plot(*zip(*va), "o-", label="validation", lw=1.2, ms=3)
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy (nats/token)")
+    ax.set_title(f"{os.path.basename(os.path.dirname(os.path.abspath(path)))}: loss")
+    ax.grid(alpha=0.3)
+    if tr or va:
+        ax.legend()
+    fig.tight_layout()
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png"))
+
+
+# -- the training loop ---------------------------------------------------------------------
+
+def pretrain(sequences: list[list[int]], val_sequences: list[list[int]], config: GPTConfig,
+             out_dir: str, pad_id: int, steps: int, batch_size: int = 32, lr: float = 3e-4,
+             warmup: int = 100, weight_decay: float = 0.1, seed: int = 0, eval_every: int = 200,
+             log: Callable[[str], None] | None = print, loss_mask: Callable | None = None,
+             init_from: str | None = None, time_limit: float | None = None,
+             extra: dict | None = None, device: str = "cpu") -> dict:
+    """Train (or resume training) a GPT on token-id sequences; returns the final stats.
+
+    `loss_mask(seq)` -> flags, one per token of seq (flag i: is token i scored, i.e.
+    predicted from seq[:i]; flag 0 is ignored) or one per target (seq[1:]).
+    `init_from`: a checkpoint directory whose weights start a fresh run (ignored when
+    resuming). `time_limit`: seconds after which training stops, checkpointed, at the
+    end of the current step. `extra`: more JSON stored in the checkpoint's config.json.
+    """
+    t_call = time.monotonic()
+    log = log or (lambda s: None)
+    if steps < 0 or batch_size < 1 or eval_every < 1 or warmup < 0:
+        raise ModelError("pretrain needs steps >= 0, batch_size >= 1, eval_every >= 1, warmup >= 0")
+    if not 0 <= pad_id < config.vocab_size:
+        raise ModelError(f"pad_id {pad_id} is outside the vocabulary 0..{config.vocab_size - 1}")
+    train = _Data(sequences, config, loss_mask, "training")
+    val = _Data(val_sequences or [], config, loss_mask, "validation")
+    if not len(train) or not train.scored:
+        raise ModelError("pretrain needs at least one training sequence with a scored target")
+    os.makedirs(out_dir, exist_ok=True)
+    state_path = os.path.join(out_dir, TRAIN_STATE)
+    hist_path = os.path.join(out_dir, HISTORY)
+
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(os.cpu_count() or 1)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            # -- start: resume, init_from, or fresh ----------------------------------------
+            resumed_from = None
+            history: list[dict] = []
+            step, tokens_seen, elapsed0, best_val = 0, 0, 0.0, None
+            if os.path.exists(os.path.join(out_dir, CONFIG)):
+                saved_cfg, meta = read_config(out_dir)
+                train_meta = meta.get("train")
+                if not isinstance(train_meta, dict) or not os.path.isfile(state_path):
+                    raise ModelError(f"{out_dir} holds a model checkpoint but no training state; "
+                                     "pass it as init_from with a new out_dir")
+                if not _same_shape(saved_cfg, config):
+                    raise ModelError(f"{out_dir} holds a run of config {dataclasses.asdict(saved_cfg)}, "
+                                     f"not {dataclasses.asdict(config)}")
+                if sha256_file(state_path) != meta.get("train_state_sha256"):
+                    raise ModelError(f"{state_path} does not match its checkpoint (interrupted save?)")
+                loaded, _ = load_checkpoint(out_dir)
+                model = GPT(config)
+                model.load_state_dict(loaded.state_dict())
+                step = int(train_meta["step"])
+                tokens_seen = int(train_meta.get("tokens_seen", 0))
+                elapsed0 = float(train_meta.get("elapsed_seconds", 0.0))
+                best_val = train_meta.get("best_val_loss")
+                resumed_from = step
+                if os.path.isfile(hist_path):
+                    try:
+                        with open(hist_path, encoding="utf-8") as f:
+                            history = [h for h in json.load(f) if h["step"] <= step]
+                    except (OSError, ValueError, TypeError, KeyError) as e:
+                        raise ModelError(f"{hist_path} is unreadable: {e}") from None
+                if step >= steps:
+                    log(f"{out_dir}: already trained {step} steps (asked for {steps})")
+                    return {**train_meta, "out_dir": out_dir, "completed": True, "stopped_early": False,
+                            "resumed_from": step, "tokens_per_second": None,
+                            "params": model.num_params()}
+                log(f"{out_dir}: resuming at step {step} of {steps}")
+                if init_from:
+                    log(f"(init_from {init_from} ignored: resuming)")
+            else:
+                model = GPT(config)
+                if init_from:
+                    base, _ = load_checkpoint(init_from)
+                    if not _same_shape(base.config, config):
+                        raise ModelError(f"init_from {init_from} has config {dataclasses.asdict(base.config)}, "
+                                         f"not {dataclasses.asdict(config)}")
+                    model.load_state_dict(base.state_dict())
+                    log(f"{out_dir}: starting from the weights of {init_from}")
+            model.to(device).train()
+            opt = _optimizer(model, lr, weight_decay)
+            if resumed_from is not None:
+                _load_state(state_path, model, opt, step)
+            order = _Order(len(train), batch_size, seed)
+            n_params = model.num_params()
+            log(f"{out_dir}: {n_params:,} parameters, {len(train)} training sequences "
+                f"({train.scored:,} scored tokens), {len(val)} validation; batch {batch_size}, "
+                f"{steps} steps, {torch.get_num_threads()} threads")
+
+            log_every = max(1, eval_every // 10)
+            run_loss, run_n = 0.0, 0
+            train_loss = val_loss = None
+            step_time, call_tokens = 0.0, 0
+            stopped_early = False
+            meta_extra = dict(extra or {})
+
+            def elapsed() -> float:
+                return elapsed0 + time.monotonic() - t_call
+
+            def checkpoint() -> None:
+                tensors = _state_tensors(model, opt)
+                atomic_write(state_path, lambda tmp: save_file(
+                    tensors, tmp, metadata={"format": _STATE_FORMAT, "step": str(step)}))
+                atomic_write_text(hist_path, json.dumps(history, indent=1) + "\n")
+                train_meta = {"step": step, "steps": steps, "tokens_seen": tokens_seen,
+                              "elapsed_seconds": round(elapsed(), 3), "train_loss": train_loss,
+                              "val_loss": val_loss, "best_val_loss": best_val, "batch_size": batch_size,
+                              "lr": lr, "warmup": warmup, "weight_decay": weight_decay, "seed": seed,
+                              "eval_every": eval_every, "init_from": init_from,
+                              "loss_mask": loss_mask is not None, "params": n_params}
+                save_checkpoint(model, out_dir, extra={**meta_extra, "train": train_meta,
+                                                       "train_state_sha256": sha256_file(state_path)})
+                _plot(history, os.path.join(out_dir, PLOT))
+
+            while step < steps:
+                t0 = time.monotonic()
+                cur_lr = lr_at(step, steps, lr, warmup)
+                for g in opt.param_groups:
+                    g["lr"] = cur_lr
+                x, y, real = train.batch(order.rows(step), pad_id, device)
+                if bool((y != -100).any()):
+                    _, loss = model(x, y)
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                    opt.step()
+                    run_loss += float(loss)
+                    run_n += 1
+                step += 1
+                tokens_seen += real
+                call_tokens += real
+                step_time += time.monotonic() - t0
+                out_of_time = time_limit is not None and time.monotonic() - t_call >= time_limit
+                do_eval = step % eval_every == 0 or step == steps or out_of_time
+                if step % log_every == 0 or do_eval:
+                    train_loss = run_loss / run_n if run_n else None
+                    run_loss, run_n = 0.0, 0
+                    val_loss = evaluate(model, val, pad_id, batch_size, device) if do_eval else None
+                    if val_loss is not None and (best_val is None or val_loss < best_val):
+                        best_val = val_loss
+                    history.append({"step": step, "train_loss": train_loss, "val_loss": val_loss,
+                                    "lr": cur_lr, "tokens_seen": tokens_seen,
+                                    "elapsed_seconds": round(elapsed(), 3)})
+                    tps = call_tokens / step_time if step_time else 0.0
+                    msg = f"step {step}/{steps}"
+                    msg += f" | loss {train_loss:.4f}" if train_loss is not None else ""
+                    msg += f" | val {val_loss:.4f}" if val_loss is not None else ""
+                    log(f"{msg} | lr {cur_lr:.2e} | {tps:,.0f} tok/s | {elapsed():.0f}s")
+                    if do_eval:
+                        checkpoint()
+                if out_of_time and step < steps:
+                    stopped_early = True
+                    log(f"time limit {time_limit}s reached at step {step}; checkpointed")
+                    break
+            else:
+                if resumed_from is None and steps == 0:  # nothing trained: still leave a checkpoint
+                    val_loss = evaluate(model, val, pad_id, batch_size, device)
+                    best_val = val_loss
+                    checkpoint()
+
+            return {"out_dir": out_dir, "step": step, "steps": steps, "completed": step >= steps,
+                    "stopped_early": stopped_early, "resumed_from": resumed_from,
+                    "train_loss": train_loss, "val_loss": val_loss, "best_val_loss": best_val,
+                    "tokens_seen": tokens_seen, "elapsed_seconds": round(elapsed(), 3),
+                    "tokens_per_second": call_tokens / step_time if step_time else None,
+                    "params": n_params}
+    finally:
+        torch.set_num_threads(old_threads)
