@@ -1,4 +1,4 @@
-"""The `tlmir` command line: show, tune, workloads."""
+"""The `tlmir` command line: show, tune, workloads, and the language-model workflow."""
 from __future__ import annotations
 
 import argparse
@@ -9,8 +9,10 @@ import sys
 from .errors import TlmirError
 
 
-def _op_from_args(args):
+def op_from_args(args):
     from . import ops
+    if not args.op:
+        raise TlmirError("give an op with --op (see tlmir.ops)")
     if args.op not in ops.OPS:
         raise TlmirError(f"unknown op {args.op!r}; known ops: {', '.join(sorted(ops.OPS))}")
     params: dict = {}
@@ -36,7 +38,7 @@ def cmd_show(args) -> None:
         raise TlmirError("show needs --op or --db")
     from .ir.printer import te_str
     from .schedule import create_schedule, lower, replay, steps_from_json
-    op = _op_from_args(args)
+    op = op_from_args(args)
     s = create_schedule(op.outputs)
     if args.steps:
         try:
@@ -89,7 +91,7 @@ def cmd_tune(args) -> None:
     else:
         if not args.op:
             raise TlmirError("tune needs --op (with --shape/--param) or --workload")
-        results = [tune(Task.from_op(_op_from_args(args)), trials=args.trials, strategy=args.strategy,
+        results = [tune(Task.from_op(op_from_args(args)), trials=args.trials, strategy=args.strategy,
                         db=args.db, seed=args.seed, progress=not args.json)]
     rows = []
     for r in results:
@@ -127,7 +129,7 @@ def cmd_show_db(args) -> None:
             print(f"# {name} (key {task_key}, {hw_key}): best {best * 1e3:.4f} ms of {n} records")
             print(f"trace: {Trace.from_json(rec.trace)}")
             if args.best:
-                _show_best_program(task_key, rec, _op_from_args(args) if args.op else None)
+                _show_best_program(task_key, rec, op_from_args(args) if args.op else None)
 
 
 def _show_best_program(task_key: str, rec, op=None) -> None:
@@ -149,13 +151,17 @@ def _show_best_program(task_key: str, rec, op=None) -> None:
     print("(the task is not among the workloads: pass --op/--shape to show its program)")
 
 
+def op_args(p) -> None:
+    p.add_argument("--op", help="op name from tlmir.ops (e.g. matmul)")
+    p.add_argument("--shape", help="comma-separated positional shape parameters, e.g. 1024,1024,1024")
+    p.add_argument("--param", action="append", help="extra op parameter NAME=VALUE (repeatable)")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="tlmir", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
     sh = sub.add_parser("show", help="print an op's te definition, lowered loop IR, LLVM IR / assembly")
-    sh.add_argument("--op", help="op name from tlmir.ops (e.g. matmul)")
-    sh.add_argument("--shape", help="comma-separated positional shape parameters, e.g. 1024,1024,1024")
-    sh.add_argument("--param", action="append", help="extra op parameter NAME=VALUE (repeatable)")
+    op_args(sh)
     sh.add_argument("--steps", help="JSON file of recorded schedule steps to replay")
     sh.add_argument("--llvm", action="store_true", help="also print the optimised LLVM IR")
     sh.add_argument("--asm", action="store_true", help="also print the assembly")
@@ -163,9 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     sh.add_argument("--best", action="store_true", help="with --db: also the schedule and loop IR")
     sh.set_defaults(fn=cmd_show)
     tu = sub.add_parser("tune", help="search the schedule space of an op or of a network's subgraphs")
-    tu.add_argument("--op", help="op name from tlmir.ops")
-    tu.add_argument("--shape", help="comma-separated positional shape parameters")
-    tu.add_argument("--param", action="append", help="extra op parameter NAME=VALUE (repeatable)")
+    op_args(tu)
     tu.add_argument("--workload", help="network name (see `tlmir workloads`)")
     tu.add_argument("--trials", type=int, default=64, help="measurements for --op")
     tu.add_argument("--trials-per-task", type=int, default=64, help="measurements per task for --workload")
@@ -175,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     tu.add_argument("--json", action="store_true", help="print one JSON object")
     tu.add_argument("--no-baselines", action="store_true", help="skip timing numpy / PyTorch")
     tu.set_defaults(fn=cmd_tune)
+    from .lm.commands import add_parsers
+    add_parsers(sub, op_args)
     wl = sub.add_parser("workloads", help="list networks and their subgraphs (tasks)")
     wl.add_argument("network", nargs="?", help="list this network's tasks")
     wl.set_defaults(fn=cmd_workloads)

@@ -110,9 +110,9 @@ def _question_words(question: str) -> list[str]:
     if not words or words[0] not in QUESTION_KEYWORDS:
         raise LanguageError(f"question {question!r} is not of a kind the language v1 can "
                             f"write (kinds: {', '.join(QUESTION_KEYWORDS)})")
-    if len(words) != 2 or words[1] in RESERVED_WORDS or "=" in words[1]:
-        raise LanguageError(f"question {question!r} must be '<kind> <name>' with a "
-                            f"non-reserved name")
+    if len(words) != 2 or words[1] in _FORBIDDEN_NAMES or "=" in words[1]:
+        raise LanguageError(f"question {question!r} must be '<kind> <name>' with a name "
+                            f"that is one word, without '=', and not one of {sorted(_FORBIDDEN_NAMES)}")
     return words
 
 
@@ -236,7 +236,7 @@ def _parse_decisions(w: list[str], offset: int) -> list:
                                 f"after its question (expected "
                                 f"'{'tile <stage.axis> <extent>' if kw == 'tile' else kw + ' <name>'} =')")
         name = head[1]
-        if name in RESERVED_WORDS:
+        if name in _FORBIDDEN_NAMES:
             raise LanguageError(f"{where}: question {kw!r} names a reserved word {name!r}")
         question = f"{kw} {name}"
         a = p + qlen + 1

@@ -18,6 +18,8 @@ different number of tokens fed can advance together in one call:
     cache = cache.expand(64)                    # the prompt is computed once, shared
     logits = model.step(tokens, n_new, cache)   # row b feeds tokens[b, :n_new[b]]
 
+The cache's tensors start with room for a few positions and double as rows grow
+(up to `capacity`, by default block_size), so a batch of 64 short rows stays small.
 `step` runs under `torch.inference_mode()`; it never builds an autograd graph.
 """
 from __future__ import annotations
@@ -77,25 +79,51 @@ class GPTConfig:
 class KVCache:
     """Per-layer keys and values of the positions already fed, for a batch of rows.
 
-    `k[i]`, `v[i]`: [B, n_head, capacity, head_dim] for layer i; `lengths`: [B] (long),
+    `k[i]`, `v[i]`: [B, n_head, allocated, head_dim] for layer i; `lengths`: [B] (long),
     the number of valid positions of each row (row b's are 0 .. lengths[b]-1; anything
     beyond is stale). Rows are independent: each may have a different length.
+    `capacity` is the most positions a row may reach; the tensors start smaller and
+    grow (doubling) as rows get longer, so a wide batch costs memory only for the
+    positions actually used.
     """
 
-    def __init__(self, k: list[torch.Tensor], v: list[torch.Tensor], lengths: torch.Tensor):
+    INITIAL = 128  # positions allocated up front
+
+    def __init__(self, k: list[torch.Tensor], v: list[torch.Tensor], lengths: torch.Tensor,
+                 capacity: int | None = None):
         self.k, self.v, self.lengths = k, v, lengths
+        self.capacity = k[0].shape[2] if capacity is None else capacity
 
     @property
     def batch_size(self) -> int:
         return self.lengths.shape[0]
 
     @property
-    def capacity(self) -> int:
+    def allocated(self) -> int:
         return self.k[0].shape[2]
 
     @property
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.k + self.v)
+
+    @torch.inference_mode()
+    def reserve(self, positions: int) -> None:
+        """Make room for `positions` (<= capacity) positions per row."""
+        have = self.allocated
+        if positions <= have:
+            return
+        if positions > self.capacity:
+            raise ModelError(f"cache: {positions} positions exceed its capacity {self.capacity}")
+        size = min(self.capacity, max(positions, 2 * have))
+        n = int(self.lengths.max()) if self.batch_size else 0
+
+        def grow(t: torch.Tensor) -> torch.Tensor:
+            out = t.new_zeros(t.shape[0], t.shape[1], size, t.shape[3])
+            out[:, :, :n] = t[:, :, :n]
+            return out
+
+        self.k = [grow(t) for t in self.k]
+        self.v = [grow(t) for t in self.v]
 
     @torch.inference_mode()
     def select(self, rows) -> "KVCache":
@@ -128,14 +156,15 @@ class KVCache:
         n = int(self.lengths[0])
         if capacity < n:
             raise ModelError(f"expand: capacity {capacity} is below the cached length {n}")
+        size = min(capacity, max(n + self.INITIAL, self.allocated))
 
-        def grow(t: torch.Tensor) -> torch.Tensor:
-            out = t.new_zeros(batch_size, t.shape[1], capacity, t.shape[3])
+        def copy(t: torch.Tensor) -> torch.Tensor:
+            out = t.new_zeros(batch_size, t.shape[1], size, t.shape[3])
             out[:, :, :n] = t[:, :, :n]
             return out
 
-        return KVCache([grow(t) for t in self.k], [grow(t) for t in self.v],
-                       self.lengths.expand(batch_size).clone())
+        return KVCache([copy(t) for t in self.k], [copy(t) for t in self.v],
+                       self.lengths.expand(batch_size).clone(), capacity)
 
     def repeat(self, n: int) -> "KVCache":
         """Same as `expand(n)` (a batch-1 cache repeated n times)."""
@@ -143,7 +172,8 @@ class KVCache:
 
     @torch.inference_mode()
     def clone(self) -> "KVCache":
-        return KVCache([t.clone() for t in self.k], [t.clone() for t in self.v], self.lengths.clone())
+        return KVCache([t.clone() for t in self.k], [t.clone() for t in self.v], self.lengths.clone(),
+                       self.capacity)
 
 
 class CausalSelfAttention(nn.Module):
@@ -267,11 +297,11 @@ class GPT(nn.Module):
             raise ModelError(f"cache capacity {capacity} must be in 1..block_size ({cfg.block_size})")
         p = self.wte.weight
         with torch.inference_mode():
-            shape = (batch_size, cfg.n_head, capacity, cfg.head_dim)
+            shape = (batch_size, cfg.n_head, min(capacity, KVCache.INITIAL), cfg.head_dim)
             k = [torch.zeros(shape, dtype=p.dtype, device=p.device) for _ in range(cfg.n_layer)]
             v = [torch.zeros(shape, dtype=p.dtype, device=p.device) for _ in range(cfg.n_layer)]
             lengths = torch.zeros(batch_size, dtype=torch.long, device=p.device)
-        return KVCache(k, v, lengths)
+        return KVCache(k, v, lengths, capacity)
 
     @torch.inference_mode()
     def step(self, tokens: torch.Tensor, n_new: torch.Tensor, cache: KVCache) -> torch.Tensor:
@@ -282,14 +312,15 @@ class GPT(nn.Module):
         [B, L, V]; those at padding positions (j >= n_new[b]) are unspecified.
         """
         cfg = self.config
-        if tokens.dim() != 2:
-            raise ModelError(f"step: tokens must be [B, L], got shape {tuple(tokens.shape)}")
+        tokens = torch.as_tensor(tokens)
+        if tokens.dim() != 2 or tokens.dtype not in (torch.int64, torch.int32):
+            raise ModelError(f"step: tokens must be integer ids [B, L], got {tokens.dtype} {tuple(tokens.shape)}")
         B, L = tokens.shape
         if cache.batch_size != B or len(cache.k) != cfg.n_layer:
             raise ModelError(f"step: {B} rows of tokens for a cache of {cache.batch_size} rows "
                              f"and {len(cache.k)} layers (model has {cfg.n_layer})")
         device = cache.lengths.device
-        tokens = tokens.to(device)
+        tokens = torch.as_tensor(tokens, device=device)
         n_new = torch.as_tensor(n_new, device=device).long().reshape(-1)
         if n_new.shape[0] != B:
             raise ModelError(f"step: n_new has {n_new.shape[0]} entries for {B} rows")
@@ -313,6 +344,9 @@ class GPT(nn.Module):
         where = (rows, cols, pos[rows, cols])
         # padding may hold any id and run past the limit: neutralise it (its logits are unused)
         idx = torch.where(valid, tokens, torch.zeros_like(tokens))
+        if int(idx.min()) < 0 or int(idx.max()) >= cfg.vocab_size:
+            raise ModelError(f"step: token id outside the vocabulary 0..{cfg.vocab_size - 1}")
+        cache.reserve(span)
         x = self.wte(idx) + self.wpe(pos.clamp(max=limit - 1))
         # query (b, j) sees key position p iff p <= pos[b, j]: its own cache + new tokens up to j
         mask = (torch.arange(span, device=device)[None, None, :] <= pos[:, :, None]).unsqueeze(1)

@@ -4,10 +4,11 @@ Ids 0..3 are the special tokens <pad> <unk> <s> </s>, then the reserved words of
 language, then every other word in a fixed order (numbers by value, then names).
 The vocabulary is enumerated from the tasks' schedule spaces, not only from sampled
 data: the prompt words of every task, every question and every answer word of every
-option any question offers (an `OptionRecorder` walks each sketch, preferring options
-it has not offered yet, until a walk finds nothing new), every sketch id, the small
-counts 0..16 and every divisor <= 4096 of any extent of the tasks. So no valid decision
-of those tasks is ever <unk>. Saved as one JSON file (`tokenizers`' own format).
+option any question offers (an `OptionRecorder` walks each sketch, going round the
+options of each question until it has taken every one and finds nothing new), every
+sketch id, the small counts 0..16 and every divisor <= 4096 of any extent of the tasks.
+So no valid decision of those tasks is ever <unk>. Saved as one JSON file (`tokenizers`'
+own format); `hash` identifies the vocabulary, to check a checkpoint matches.
 """
 from __future__ import annotations
 
@@ -31,34 +32,48 @@ SMALL_INTS = range(0, 17)
 class OptionRecorder(Decider):
     """Answers at random but records the words of every option offered at every question.
 
-    `seen` (shared across walks of one sketch) makes it prefer, at every question but
-    tile sizes, an option it has not taken before, so repeated walks explore the choices
-    that change the structure later questions see (compute locations, parallel depth).
-    `new` counts the options this walk offered or took for the first time."""
+    `taken` (option -> times taken, per question, shared across walks of one sketch)
+    makes it pick, at every question but tile sizes, among the options taken least
+    often, so repeated walks go round the choices that change the structure later
+    questions see (compute locations, parallel depth). Tile sizes are random, or the
+    smallest / largest factorization (`tile_mode`), which makes the parallel fuse
+    deepest / shallowest. `new` counts the options this walk offered, or took, for the
+    first time."""
 
-    def __init__(self, rng: random.Random, words: set, seen: set | None = None):
+    TILE_MODES = ("random", "outer-small", "random", "outer-large")
+
+    def __init__(self, rng: random.Random, words: set, taken: dict | None = None,
+                 tile_mode: str = "random"):
         super().__init__()
-        self.rng, self.words = rng, words
-        self.seen = seen if seen is not None else set()
-        self.new = 0  # (question, option) pairs this walk offered or took for the first time
+        self.rng, self.words, self.tile_mode = rng, words, tile_mode
+        self.taken = taken if taken is not None else {}
+        self.new = 0
 
     def _decide(self, question: str, options: list):
+        counts = self.taken.setdefault(question, {})
         for opt in options:
-            key = (question, opt)
-            if key not in self.seen:
-                self.seen.add(key)
+            if opt not in counts:
+                counts[opt] = 0
                 self.new += 1
                 q, a = decision_words(question, opt)
                 self.words.update(q)
                 self.words.update(a)
         if question.startswith("tile "):  # every factorization is recorded already
+            if self.tile_mode == "outer-small":  # many outer loops of extent 1: deep parallel fuses
+                return min(options)
+            if self.tile_mode == "outer-large":
+                return max(options)
             return self.rng.choice(options)
-        untaken = [o for o in options if (question, o, "taken") not in self.seen]
-        pick = self.rng.choice(untaken or options)
-        if untaken:
-            self.seen.add((question, pick, "taken"))
-            self.new += 1
+        least = min(counts[o] for o in options)
+        pick = self.rng.choice([o for o in options if counts[o] == least])
+        self.new += counts[pick] == 0
+        counts[pick] += 1
         return pick
+
+    def untaken(self) -> int:
+        """Options (tile sizes aside) offered in some walk but never taken yet."""
+        return sum(c == 0 for q, counts in self.taken.items() if not q.startswith("tile ")
+                   for c in counts.values())
 
 
 def _divisors(n: int, limit: int = MAX_DIVISOR) -> set[int]:
@@ -75,8 +90,11 @@ def _divisors(n: int, limit: int = MAX_DIVISOR) -> set[int]:
 
 
 def space_words(task, hw: HardwareParams, samples_per_sketch: int = 2, seed: int = 0,
-                max_walks: int = 64) -> set[str]:
-    """Every word a sentence of `task` on `hw` can contain (see the module docstring)."""
+                max_walks: int = 64, patience: int = 3) -> set[str]:
+    """Every word a sentence of `task` on `hw` can contain (see the module docstring):
+    each sketch is walked by an OptionRecorder at least `samples_per_sketch` times, until
+    every option offered (tile sizes aside) has been taken once and `patience` walks in a
+    row find nothing new (at most `max_walks`)."""
     from ..ir.dag import ComputeDAG
     from ..schedule.space import SearchSpace
     words = set(prefix_words(task, hw))
@@ -84,11 +102,13 @@ def space_words(task, hw: HardwareParams, samples_per_sketch: int = 2, seed: int
     words.update(str(k) for k in range(len(space.sketches)))
     rng = random.Random(seed)
     for k in range(len(space.sketches)):
-        seen: set = set()
+        taken: dict = {}
+        quiet = 0  # walks in a row that found nothing new
         for walk in range(max_walks):
-            rec = OptionRecorder(rng, words, seen)
+            rec = OptionRecorder(rng, words, taken, OptionRecorder.TILE_MODES[walk % 4])
             space.apply(k, rec)
-            if walk + 1 >= samples_per_sketch and rec.new == 0:
+            quiet = 0 if rec.new else quiet + 1
+            if walk + 1 >= samples_per_sketch and quiet >= patience and not rec.untaken():
                 break
     extents = set()
     for st in ComputeDAG(task.outputs).stages:

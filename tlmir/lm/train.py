@@ -145,6 +145,11 @@ def evaluate(model: GPT, data: _Data, pad_id: int, batch_size: int, device) -> f
 
 # -- checkpoints of a training run ---------------------------------------------------------
 
+def _finite(x: float | None) -> float | None:
+    """JSON-safe loss: None for a missing or non-finite (diverged) value."""
+    return x if x is not None and math.isfinite(x) else None
+
+
 def _same_shape(a: GPTConfig, b: GPTConfig) -> bool:
     da, db = dataclasses.asdict(a), dataclasses.asdict(b)
     da.pop("dropout"), db.pop("dropout")
@@ -220,7 +225,7 @@ def pretrain(sequences: list[list[int]], val_sequences: list[list[int]], config:
              warmup: int = 100, weight_decay: float = 0.1, seed: int = 0, eval_every: int = 200,
              log: Callable[[str], None] | None = print, loss_mask: Callable | None = None,
              init_from: str | None = None, time_limit: float | None = None,
-             extra: dict | None = None, device: str = "cpu") -> dict:
+             extra: dict | None = None, device: str = "cpu", threads: int | None = None) -> dict:
     """Train (or resume training) a GPT on token-id sequences; returns the final stats.
 
     `loss_mask(seq)` -> flags, one per token of seq (flag i: is token i scored, i.e.
@@ -228,6 +233,8 @@ def pretrain(sequences: list[list[int]], val_sequences: list[list[int]], config:
     `init_from`: a checkpoint directory whose weights start a fresh run (ignored when
     resuming). `time_limit`: seconds after which training stops, checkpointed, at the
     end of the current step. `extra`: more JSON stored in the checkpoint's config.json.
+    `threads`: torch intra-op threads while training (default os.cpu_count(); the
+    previous setting is restored on return).
     """
     t_call = time.monotonic()
     log = log or (lambda s: None)
@@ -244,7 +251,7 @@ def pretrain(sequences: list[list[int]], val_sequences: list[list[int]], config:
     hist_path = os.path.join(out_dir, HISTORY)
 
     old_threads = torch.get_num_threads()
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(threads or os.cpu_count() or 1)
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
@@ -320,8 +327,9 @@ def pretrain(sequences: list[list[int]], val_sequences: list[list[int]], config:
                     tensors, tmp, metadata={"format": _STATE_FORMAT, "step": str(step)}))
                 atomic_write_text(hist_path, json.dumps(history, indent=1) + "\n")
                 train_meta = {"step": step, "steps": steps, "tokens_seen": tokens_seen,
-                              "elapsed_seconds": round(elapsed(), 3), "train_loss": train_loss,
-                              "val_loss": val_loss, "best_val_loss": best_val, "batch_size": batch_size,
+                              "elapsed_seconds": round(elapsed(), 3), "train_loss": _finite(train_loss),
+                              "val_loss": _finite(val_loss), "best_val_loss": _finite(best_val),
+                              "batch_size": batch_size,
                               "lr": lr, "warmup": warmup, "weight_decay": weight_decay, "seed": seed,
                               "eval_every": eval_every, "init_from": init_from,
                               "loss_mask": loss_mask is not None, "params": n_params}
@@ -341,7 +349,7 @@ def pretrain(sequences: list[list[int]], val_sequences: list[list[int]], config:
                     loss.backward()
                     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                     opt.step()
-                    run_loss += float(loss)
+                    run_loss += float(loss.detach())
                     run_n += 1
                 step += 1
                 tokens_seen += real
@@ -355,7 +363,8 @@ def pretrain(sequences: list[list[int]], val_sequences: list[list[int]], config:
                     val_loss = evaluate(model, val, pad_id, batch_size, device) if do_eval else None
                     if val_loss is not None and (best_val is None or val_loss < best_val):
                         best_val = val_loss
-                    history.append({"step": step, "train_loss": train_loss, "val_loss": val_loss,
+                    history.append({"step": step, "train_loss": _finite(train_loss),
+                                    "val_loss": _finite(val_loss),
                                     "lr": cur_lr, "tokens_seen": tokens_seen,
                                     "elapsed_seconds": round(elapsed(), 3)})
                     tps = call_tokens / step_time if step_time else 0.0

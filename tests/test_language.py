@@ -1,0 +1,240 @@
+"""The tensor language (trace <-> sentence, exact round trips) and its word-level tokenizer."""
+import random
+
+import pytest
+
+from tlmir import ops
+from tlmir.errors import LanguageError, TlmirError
+from tlmir.lm.language import (MAX_TOKENS, VERSION, answer_words, decision_words, hw_prompt,
+                               length_summary, parse_sentence, prefix_words, sentence_lengths,
+                               sentence_to_trace, task_prompt, trace_to_sentence)
+from tlmir.lm.tokenizer import OptionRecorder, Tokenizer, build_tokenizer
+from tlmir.runtime.target import HardwareParams
+from tlmir.runtime.task import Task
+from tlmir.schedule.decider import RandomDecider, Trace
+from tlmir.schedule.space import SearchSpace
+
+from test_ops_schedules import CASES
+
+HW = HardwareParams()
+
+
+def op_task(name):
+    op = ops.make(name, **CASES[name])
+    return Task.from_op(op), SearchSpace(op.outputs, HW)
+
+
+@pytest.fixture(scope="module")
+def workload_tasks():
+    from tlmir.workloads import split_tasks
+    tasks = split_tasks("train")
+    return tasks[::len(tasks) // 20][:20]
+
+
+@pytest.fixture(scope="module")
+def op_tasks():
+    return [op_task(name)[0] for name in CASES]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(op_tasks, workload_tasks):
+    return build_tokenizer(op_tasks + workload_tasks, HW)
+
+
+class OfferedWords(RandomDecider):
+    """Random answers; collects the words of every option offered."""
+
+    def __init__(self, rng):
+        super().__init__(rng)
+        self.words = set()
+
+    def _decide(self, question, options):
+        for o in options:
+            q, a = decision_words(question, o)
+            self.words.update(q + a)
+        return super()._decide(question, options)
+
+
+def random_traces(space, rng, per_sketch):
+    for k in range(len(space.sketches)):
+        for _ in range(per_sketch):
+            yield space.apply(k, RandomDecider(rng))[1]
+
+
+# ------------------------------------------------------------------------ language
+
+def test_prompt_words_of_a_matmul():
+    task, _ = op_task("matmul")
+    assert " ".join(task_prompt(task)) == ("task input A 24 20 input B 20 40 stage C reduce sp 24 40 "
+                                           "rd 20 read A i k read B k j")
+    assert hw_prompt(HW) == "hw cpu avx512 cores 2 vec 16 l1 48K l2 2048K".split()
+    assert prefix_words(task, HW)[:2] == ["<s>", VERSION] and prefix_words(task, HW)[-1] == "sketch"
+
+
+def test_index_expressions_are_one_word():
+    task, _ = op_task("conv2d_nchw")
+    text = " ".join(task_prompt(task))
+    assert "read X n c h-1 w-1" in text and "read pad n rc p+rr q+rs" in text
+
+
+def test_decision_words():
+    assert decision_words("tile C.i", (4, 8, 2, 16)) == ("tile C.i 1024 =".split(), "4 8 2 16".split())
+    assert decision_words("tile C.i", (4, 8), extent=32)[0] == "tile C.i 32 =".split()
+    assert decision_words("at pad", "conv.k.outer") == (["at", "pad", "="], ["conv.k.outer"])
+    assert decision_words("unroll C", 512) == (["unroll", "C", "="], ["512"])
+    assert answer_words([(1, 4), (2, 2), "root", 16]) == [["1", "4"], ["2", "2"], ["root"], ["16"]]
+    with pytest.raises(LanguageError, match="multiplies to 8, not the extent 32"):
+        decision_words("tile C.i", (4, 2), extent=32)
+    with pytest.raises(LanguageError, match="not of a kind"):
+        decision_words("bind C.i", "threadIdx.x")
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_op_sentences_round_trip(name):
+    task, space = op_task(name)
+    rng = random.Random(hash(name) % 1000)
+    for trace in random_traces(space, rng, per_sketch=3):
+        sentence = trace_to_sentence(task, HW, trace)
+        back = sentence_to_trace(sentence)
+        assert back == trace, sentence
+        assert all(type(a) is type(b) for (_, a), (_, b) in zip(back.decisions, trace.decisions))
+        version, prompt, again = parse_sentence(sentence.split())
+        assert version == VERSION and prompt == task_prompt(task) + hw_prompt(HW) and again == trace
+        assert len(sentence.split()) <= MAX_TOKENS
+    space.replay(back)  # the parsed trace still builds a schedule
+
+
+def test_workload_sentences_round_trip_and_fit(workload_tasks):
+    rng = random.Random(0)
+    for task in workload_tasks:
+        space = SearchSpace(task.outputs, HW)
+        for trace in random_traces(space, rng, per_sketch=2):
+            sentence = trace_to_sentence(task, HW, trace)
+            assert sentence_to_trace(sentence) == trace, sentence
+    lengths = sentence_lengths(workload_tasks, HW, n_per_task=4, every_sketch=True)
+    summary = length_summary(lengths)
+    print(f"\nsentence lengths (words = tokens) over {len(workload_tasks)} training tasks: {summary}")
+    assert summary["max"] <= MAX_TOKENS and summary["min"] > 20
+
+
+def test_trace_json_and_sentence_agree():
+    task, space = op_task("softmax")
+    _, trace = space.sample(random.Random(3))
+    assert sentence_to_trace(trace_to_sentence(task, HW, trace)) == Trace.from_json(trace.to_json())
+
+
+# ------------------------------------------------------------------------ errors
+
+def _sentence():
+    task, space = op_task("matmul")
+    _, trace = space.apply(2, RandomDecider(1))
+    return trace_to_sentence(task, HW, trace)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda s: s.replace(f"<s> {VERSION} ", "<s> v0 ", 1), "sentence is version v0, this tlmir speaks v1"),
+    (lambda s: s.replace(f"<s> {VERSION} ", "<s> ", 1), "no version word"),
+    (lambda s: s[len("<s> "):], "does not start with <s>"),
+    (lambda s: s[:-len(" </s>")], "does not end with </s>"),
+    (lambda s: s.replace(" parallel C = ", " parallel C "), "has no '='"),
+    (lambda s: s.replace(" unroll C = ", " unroll C "), "has no '='"),
+    (lambda s: s.replace(" sketch 2 ", " "), "no 'sketch'"),
+    (lambda s: s.replace(" sketch 2 ", " sketch x "), "sketch id"),
+    (lambda s: s.replace(" tile C.i 24 = ", " tile C.i 25 = "), "multiply to 24, not its extent 25"),
+    (lambda s: s.replace(" tile C.i 24 = ", " tile C.i 24 = foo "), "positive int factors"),
+    (lambda s: s.replace(" parallel C = ", " frobnicate C = "), "expected a question"),
+    (lambda s: s.rsplit(" ", 2)[0] + " </s>", "no answer after '='"),
+    (lambda s: "", "empty sentence"),
+    (lambda s: "lorem ipsum dolor", "does not start with <s>"),
+])
+def test_malformed_sentences_are_refused(edit, message):
+    sentence = _sentence()
+    assert sentence_to_trace(sentence)
+    bad = edit(sentence)
+    assert bad != sentence
+    with pytest.raises(LanguageError, match=message):
+        sentence_to_trace(bad)
+
+
+def test_language_error_is_a_tlmir_error():
+    assert issubclass(LanguageError, TlmirError)
+
+
+# ------------------------------------------------------------------------ tokenizer
+
+def test_tokenizer_covers_every_answer_and_every_offered_option(tokenizer, op_tasks, workload_tasks):
+    rng = random.Random(11)
+    for task in op_tasks + workload_tasks:
+        space = SearchSpace(task.outputs, HW)
+        for k in range(len(space.sketches)):
+            for _ in range(8):
+                d = OfferedWords(rng)
+                _, trace = space.apply(k, d)
+                words = trace_to_sentence(task, HW, trace).split()
+                assert tokenizer.covers(words) == [], task.name
+                assert tokenizer.unk_id not in tokenizer.encode(words, strict=True)
+                assert tokenizer.covers(d.words) == [], (task.name, tokenizer.covers(d.words))
+
+
+def test_option_recorder_records_every_tile_factorization():
+    from tlmir.schedule.decider import factorizations
+    task, space = op_task("matmul")
+    words = set()
+    space.apply(2, OptionRecorder(random.Random(0), words))
+    for f in factorizations(24, 4, 64) + factorizations(20, 2, 64):
+        assert {str(x) for x in f} <= words
+    assert {"tile", "C.i", "24", "=", "unroll", "512"} <= words
+
+
+def test_tokenizer_ids_and_special_tokens(tokenizer):
+    assert (tokenizer.pad_id, tokenizer.unk_id, tokenizer.bos_id, tokenizer.eos_id) == (0, 1, 2, 3)
+    assert [tokenizer.word(i) for i in range(4)] == ["<pad>", "<unk>", "<s>", "</s>"]
+    for w in ["sketch", "=", "tile", VERSION, "1024"]:
+        assert tokenizer.word(tokenizer.id(w)) == w
+    sentence = _sentence()
+    ids = tokenizer.encode(sentence)
+    assert ids == tokenizer.encode(sentence.split())
+    assert ids[0] == tokenizer.bos_id and ids[-1] == tokenizer.eos_id
+    assert tokenizer.decode(ids + [tokenizer.pad_id] * 3) == sentence
+    assert tokenizer.encode("<s> flibbertigibbet </s>") == [2, 1, 3]
+    assert tokenizer.covers(["flibbertigibbet", "tile", "flibbertigibbet"]) == ["flibbertigibbet"]
+    with pytest.raises(LanguageError, match="flibbertigibbet"):
+        tokenizer.encode(["tile", "flibbertigibbet"], strict=True)
+    with pytest.raises(LanguageError, match="outside the vocabulary"):
+        tokenizer.word(tokenizer.vocab_size)
+
+
+def test_tokenizer_vocabulary_includes_divisors_and_sketch_ids(op_tasks):
+    tok = build_tokenizer(op_tasks[:1], HW)  # matmul 24x40x20
+    assert tok.covers([str(d) for d in (1, 2, 3, 4, 5, 6, 8, 10, 12, 20, 24, 40)] + ["0", "1", "2"]) == []
+    assert tok.covers(["4096", "9999"]) == ["4096", "9999"]
+
+
+def test_tokenizer_save_load_same_ids(tokenizer, tmp_path):
+    path = tmp_path / "sub" / "tokenizer.json"
+    tokenizer.save(str(path))
+    loaded = Tokenizer.load(str(path))
+    assert loaded.hash == tokenizer.hash and loaded.vocab_size == tokenizer.vocab_size
+    sentence = _sentence()
+    assert loaded.encode(sentence) == tokenizer.encode(sentence)
+    assert [loaded.word(i) for i in range(loaded.vocab_size)] == [tokenizer.word(i) for i in range(tokenizer.vocab_size)]
+
+
+def test_tokenizer_hash_is_stable_and_tracks_the_vocabulary(op_tasks):
+    a = build_tokenizer(op_tasks[:3], HW)
+    b = build_tokenizer(op_tasks[:3], HW)
+    c = build_tokenizer(op_tasks[:3], HW, sentences=["<s> an extra word </s>"])
+    assert a.hash == b.hash and a.hash != c.hash
+    assert c.covers(["an", "extra", "word"]) == []
+
+
+def test_tokenizer_load_errors(tmp_path):
+    with pytest.raises(LanguageError, match="does not exist"):
+        Tokenizer.load(str(tmp_path / "missing.json"))
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"version": "1.0", "model": ')
+    with pytest.raises(LanguageError, match="corrupt"):
+        Tokenizer.load(str(bad))
+    bad.write_text('{"not": "a tokenizer"}')
+    with pytest.raises(LanguageError, match="corrupt"):
+        Tokenizer.load(str(bad))

@@ -1,0 +1,175 @@
+"""`tlmir sample | tokenizer build | train pretrain | generate`: the language-model workflow."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+
+import numpy as np
+
+from ..errors import TlmirError
+from ..runtime.target import host_hardware
+
+BASE_MODEL = os.path.join(os.path.dirname(__file__), "models", "base")
+TOKENIZER_FILE = "tokenizer.json"
+
+
+def model_dir(name: str) -> str:
+    """`base` names the model shipped in the package; anything else is a directory."""
+    return BASE_MODEL if name == "base" else name
+
+
+def load_model(name: str):
+    """(model, tokenizer, meta) from a model directory holding a checkpoint + tokenizer."""
+    from .checkpoint import load_checkpoint
+    from .tokenizer import Tokenizer
+    directory = model_dir(name)
+    tok = Tokenizer.load(os.path.join(directory, TOKENIZER_FILE))
+    model, meta = load_checkpoint(directory, expect_vocab_size=tok.vocab_size)
+    return model, tok, meta
+
+
+def cmd_sample(args) -> None:
+    from .sample import sample_split
+    n = sample_split(args.split, args.per_task, args.out, workers=args.workers, seed=args.seed,
+                     limit=args.limit, log=(lambda m: None) if args.quiet else print)
+    print(f"sampled {n} new tasks into {args.out}")
+
+
+def cmd_tokenizer_build(args) -> None:
+    from ..workloads import split_tasks
+    from .sample import read_sentences
+    from .tokenizer import build_tokenizer
+    sentences = [r["sentence"] for r in read_sentences(args.data)] if args.data else []
+    tasks = split_tasks("train") + split_tasks("held-out")
+    tok = build_tokenizer(tasks, host_hardware(), sentences)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    tok.save(args.out)
+    print(f"tokenizer with {tok.vocab_size} words -> {args.out}")
+
+
+def _split_by_task(records: list[dict], val_fraction: float) -> tuple[list, list]:
+    """Validation = whole tasks (chosen by a hash of the key), so it measures generalisation."""
+    val, train = [], []
+    for r in records:
+        h = int(hashlib.sha1(r["key"].encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+        (val if h < val_fraction else train).append(r["sentence"])
+    return train, val
+
+
+def cmd_train_pretrain(args) -> None:
+    from .model import GPTConfig
+    from .sample import read_sentences
+    from .tokenizer import Tokenizer
+    from .train import pretrain
+    tok_path = args.tokenizer or os.path.join(os.path.dirname(os.path.abspath(args.data)), TOKENIZER_FILE)
+    tok = Tokenizer.load(tok_path)
+    train, val = _split_by_task(read_sentences(args.data), args.val_fraction)
+    enc = [tok.encode(s, strict=True) for s in train]
+    venc = [tok.encode(s, strict=True) for s in val]
+    config = GPTConfig.preset(args.config, tok.vocab_size, block_size=args.block_size)
+    os.makedirs(args.out, exist_ok=True)
+    shutil.copyfile(tok_path, os.path.join(args.out, TOKENIZER_FILE))
+    stats = pretrain(enc, venc, config, args.out, tok.pad_id, steps=args.steps, batch_size=args.batch_size,
+                     lr=args.lr, warmup=args.warmup, time_limit=args.time_limit, eval_every=args.eval_every)
+    print(json.dumps(stats, indent=1))
+
+
+def cmd_generate(args) -> None:
+    import torch
+
+    from ..cli import op_from_args
+    from ..runtime.task import Task
+    from ..schedule.space import SearchSpace
+    from .generate import Generator, Sampling
+    model, tok, _ = load_model(args.model)
+    task = Task.from_op(op_from_args(args))
+    hw = host_hardware()
+    gen = Generator(model, tok, hw, Sampling(args.temperature, args.top_k, args.top_p), seed=args.seed)
+    space = SearchSpace(task.outputs, hw)
+    torch.set_num_threads(os.cpu_count() or 1)
+    t0 = time.perf_counter()
+    res = gen.unconstrained(task, args.n, args.batch) if args.unconstrained else gen.generate(
+        task, args.n, args.batch, space)
+    seconds = time.perf_counter() - t0
+    counts = {"generated": len(res), "well_formed": 0, "valid": 0, "verified": 0}
+    ins = task.random_inputs(0)
+    want = task.reference_outputs(ins)
+    for g in res:
+        if g.trace is None:
+            continue
+        counts["well_formed"] += 1
+        try:
+            sch = g.schedule or space.replay(g.trace)
+        except TlmirError:
+            continue
+        counts["valid"] += 1
+        if _verified(sch, task, ins, want):
+            counts["verified"] += 1
+    counts["programs_per_second"] = len(res) / seconds
+    if args.json:
+        print(json.dumps(counts))
+        return
+    for g in res[: args.show]:
+        print(g.sentence or g.error)
+    print(", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in counts.items()))
+
+
+def _verified(sch, task, ins, want) -> bool:
+    from ..build import build
+    try:
+        outs = [np.zeros(t.shape, t.dtype) for t in task.outputs]
+        build(sch, task.args)(*ins, *outs)
+    except TlmirError:
+        return False
+    return all(np.allclose(g, w, rtol=1e-3, atol=1e-3) for g, w in zip(outs, want))
+
+
+def add_parsers(sub, op_args) -> None:
+    """Register the LM subcommands on the main parser's subparsers."""
+    sa = sub.add_parser("sample", help="random tensor sentences for a workload split (paper Alg. 1)")
+    sa.add_argument("--split", default="train")
+    sa.add_argument("--per-task", type=int, default=500)
+    sa.add_argument("--out", required=True)
+    sa.add_argument("--workers", type=int, default=0)
+    sa.add_argument("--seed", type=int, default=0)
+    sa.add_argument("--limit", type=int, help="only the first N tasks")
+    sa.add_argument("--quiet", action="store_true")
+    sa.set_defaults(fn=cmd_sample)
+    tk = sub.add_parser("tokenizer", help="build the word-level tokenizer")
+    tks = tk.add_subparsers(dest="what", required=True)
+    tb = tks.add_parser("build")
+    tb.add_argument("data", nargs="?", help="sentences .jsonl (its words join the vocabulary)")
+    tb.add_argument("--out", required=True)
+    tb.set_defaults(fn=cmd_tokenizer_build)
+    tr = sub.add_parser("train", help="train the tensor language model")
+    trs = tr.add_subparsers(dest="what", required=True)
+    pt = trs.add_parser("pretrain")
+    pt.add_argument("--data", required=True)
+    pt.add_argument("--tokenizer", help="tokenizer.json (default: beside the data)")
+    pt.add_argument("--config", default="tiny")
+    pt.add_argument("--out", required=True)
+    pt.add_argument("--steps", type=int, default=4000)
+    pt.add_argument("--batch-size", type=int, default=32)
+    pt.add_argument("--lr", type=float, default=1e-3)
+    pt.add_argument("--warmup", type=int, default=100)
+    pt.add_argument("--block-size", type=int, default=1024)
+    pt.add_argument("--eval-every", type=int, default=200)
+    pt.add_argument("--val-fraction", type=float, default=0.03)
+    pt.add_argument("--time-limit", type=float)
+    pt.set_defaults(fn=cmd_train_pretrain)
+    ge = sub.add_parser("generate", help="generate schedules for an op with a TLM (paper Alg. 2)")
+    ge.add_argument("--model", default="base", help="model directory, or `base` for the shipped model")
+    op_args(ge)
+    ge.add_argument("-n", type=int, default=8)
+    ge.add_argument("--batch", type=int, default=64)
+    ge.add_argument("--temperature", type=float, default=1.0)
+    ge.add_argument("--top-k", type=int, default=0)
+    ge.add_argument("--top-p", type=float, default=1.0)
+    ge.add_argument("--seed", type=int, default=0)
+    ge.add_argument("--unconstrained", action="store_true", help="sample the raw model, no mask")
+    ge.add_argument("--show", type=int, default=3, help="print this many sentences")
+    ge.add_argument("--json", action="store_true")
+    ge.set_defaults(fn=cmd_generate)
