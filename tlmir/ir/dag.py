@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from .expr import Call, Select, TensorRead, Var, walk
-from .tensor import ComputeOp, Operation, Tensor
+from .tensor import ComputeOp, Operation, Tensor, topo_ops
 
 EXPENSIVE_CALLS = ("exp", "log", "tanh", "erf", "sigmoid")
 
@@ -73,19 +73,7 @@ class ComputeDAG:
     def __init__(self, outputs: Sequence[Tensor]):
         outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
         self.outputs = outputs
-        self.ops: list[Operation] = []
-        seen: set[int] = set()
-
-        def visit(op: Operation) -> None:
-            if id(op) in seen:
-                return
-            seen.add(id(op))
-            for t in op.inputs():
-                visit(t.op)
-            self.ops.append(op)
-
-        for t in outputs:
-            visit(t.op)
+        self.ops: list[Operation] = topo_ops(outputs)
         out_ids = {id(t.op) for t in outputs}
         self.stages: list[StageFacts] = []
         by_id: dict[int, StageFacts] = {}

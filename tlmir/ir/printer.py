@@ -79,21 +79,12 @@ def func_str(f: S.PrimFunc) -> str:
 
 def te_str(outputs) -> str:
     """The operator definition, one line per stage, producers first."""
-    from .tensor import ComputeOp
-    lines, seen = [], set()
-
-    def visit(op) -> None:
-        if id(op) in seen:
-            return
-        seen.add(id(op))
-        for t in op.inputs():
-            visit(t.op)
+    from .tensor import ComputeOp, topo_ops
+    lines = []
+    for op in topo_ops(outputs):
         if isinstance(op, ComputeOp):
             idx = ", ".join(a.name for a in op.axis)
             lines.append(f"{op.name}[{idx}] = {expr_str(op.body)}    # {op.dtype}{list(op.shape)}")
         else:
             lines.append(f"{op.name} = placeholder({list(op.shape)}, {op.dtype})")
-
-    for t in outputs:
-        visit(t.op)
     return "\n".join(lines)

@@ -123,3 +123,21 @@ class Tensor:
 
     def __repr__(self) -> str:
         return f"Tensor({self.name}, {list(self.shape)}, {self.dtype})"
+
+
+def topo_ops(outputs: Sequence[Tensor]) -> list[Operation]:
+    """Operations reachable from `outputs`, producers first (deterministic order)."""
+    order: list[Operation] = []
+    seen: set[int] = set()
+
+    def visit(op: Operation) -> None:
+        if id(op) in seen:
+            return
+        seen.add(id(op))
+        for t in op.inputs():
+            visit(t.op)
+        order.append(op)
+
+    for t in outputs:
+        visit(t.op)
+    return order

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import DefinitionError, ShapeError
 from ..ir import expr as E
-from ..ir.tensor import ComputeOp, Tensor
+from ..ir.tensor import ComputeOp, Tensor, topo_ops  # noqa: F401 (re-exported)
 
 _ARITH = (E.Add, E.Sub, E.Mul, E.Div, E.Min, E.Max, E.Call)
 
@@ -65,24 +65,6 @@ class OpDef:
     def __repr__(self) -> str:
         ps = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
         return f"OpDef({self.name}({ps}), {len(self.stages)} stages, {self.flops} flops)"
-
-
-def topo_ops(outputs: Sequence[Tensor]) -> list:
-    """Operations reachable from `outputs`, producers first (deterministic order)."""
-    order: list = []
-    seen: set[int] = set()
-
-    def visit(op) -> None:
-        if id(op) in seen:
-            return
-        seen.add(id(op))
-        for t in op.inputs():
-            visit(t.op)
-        order.append(op)
-
-    for t in outputs:
-        visit(t.op)
-    return order
 
 
 def _body_flops(e: E.Expr) -> int:

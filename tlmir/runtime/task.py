@@ -8,7 +8,7 @@ import numpy as np
 
 from ..errors import DefinitionError
 from ..ir.printer import te_str
-from ..ir.tensor import ComputeOp, PlaceholderOp, Tensor
+from ..ir.tensor import ComputeOp, PlaceholderOp, Tensor, topo_ops
 
 
 class Task:
@@ -21,7 +21,7 @@ class Task:
 
     def __init__(self, name: str, args: Sequence[Tensor], reference: Callable | None = None,
                  weight: float = 1.0, input_ranges: list | None = None, flops: int | None = None):
-        from ..ops.base import count_flops, topo_ops
+        from ..ops.base import count_flops
         args = list(args)
         if not args or not all(isinstance(t, Tensor) for t in args):
             raise DefinitionError(f"task {name!r}: args must be a non-empty list of tensors")

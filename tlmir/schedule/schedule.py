@@ -14,7 +14,7 @@ from typing import Sequence
 from ..errors import ScheduleError
 from ..ir.expr import Reduce, TensorRead, transform
 from ..ir.stmt import SCOPES, THREAD_TAGS
-from ..ir.tensor import ComputeOp, IterVar, Operation, PlaceholderOp, Tensor
+from ..ir.tensor import ComputeOp, IterVar, Operation, PlaceholderOp, Tensor, topo_ops
 from .steps import Step
 
 
@@ -251,18 +251,8 @@ class Schedule:
         self.history: list[Step] = []
         self.stages: list[Stage] = []
         self._map: dict[int, Stage] = {}
-        seen: set[int] = set()
-
-        def visit(op: Operation) -> None:
-            if id(op) in seen:
-                return
-            seen.add(id(op))
-            for t in op.inputs():
-                visit(t.op)
+        for op in topo_ops(outputs):
             self._add(Stage(op, self))
-
-        for op in self.outputs:
-            visit(op)
         names: dict[str, int] = {}
         for st in self.stages:  # unique stage names keep recorded steps unambiguous
             n = names.get(st.name, 0)
