@@ -11,6 +11,7 @@ import os
 import torch
 
 from tlmir import ops
+from tlmir.errors import TlmirError
 from tlmir.lm.commands import load_model
 from tlmir.lm.generate import Generator, Sampling, programs_per_second
 from tlmir.runtime.target import host_hardware
@@ -49,7 +50,7 @@ def main() -> None:
                 try:
                     space.replay(g.trace)
                     valid += 1
-                except Exception:  # noqa: BLE001 - counting, not handling
+                except TlmirError:
                     pass
         wf = sum(g.trace is not None for g in free)
         print(f"{name:<38} unconstrained (T={a.temperature}): {wf}/{len(free)} well formed, {valid} valid")
