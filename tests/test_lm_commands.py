@@ -1,0 +1,45 @@
+"""`tlmir generate` end to end on a small random model, and its errors."""
+import json
+import os
+
+import torch
+
+from tlmir import ops
+from tlmir.cli import main
+from tlmir.lm.checkpoint import save_checkpoint
+from tlmir.lm.model import GPT, GPTConfig
+from tlmir.lm.tokenizer import build_tokenizer
+from tlmir.runtime.target import host_hardware
+from tlmir.runtime.task import Task
+
+
+def _model_dir(tmp_path, tasks, name="m"):
+    tok = build_tokenizer(tasks, host_hardware())
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=tok.vocab_size, n_layer=1, n_head=2, n_embd=16, block_size=512))
+    d = tmp_path / name
+    save_checkpoint(model, str(d))
+    tok.save(str(d / "tokenizer.json"))
+    return d
+
+
+def test_generate_json_counts(tmp_path, capsys):
+    d = _model_dir(tmp_path, [Task.from_op(ops.matmul(16, 16, 16))])
+    assert main(["generate", "--model", str(d), "--op", "matmul", "--shape", "16,16,16", "-n", "4",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["generated"] == out["well_formed"] == out["valid"] == out["verified"] == 4
+    assert out["programs_per_second"] > 0
+
+
+def test_generate_rejects_mismatched_tokenizer_and_truncated_checkpoint(tmp_path, capsys):
+    d = _model_dir(tmp_path, [Task.from_op(ops.matmul(16, 16, 16))])
+    other = _model_dir(tmp_path, [Task.from_op(ops.conv2d_nchw(1, 3, 8, 8, 4, 3, 3))], "o")
+    os.replace(other / "tokenizer.json", d / "tokenizer.json")
+    assert main(["generate", "--model", str(d), "--op", "matmul", "--shape", "16,16,16"]) == 2
+    assert "does not match the tokenizer" in capsys.readouterr().err
+    e = _model_dir(tmp_path, [Task.from_op(ops.matmul(16, 16, 16))], "t")
+    data = (e / "model.safetensors").read_bytes()
+    (e / "model.safetensors").write_bytes(data[: len(data) // 2])
+    assert main(["generate", "--model", str(e), "--op", "matmul", "--shape", "16,16,16"]) == 2
+    assert str(e) in capsys.readouterr().err
