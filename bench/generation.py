@@ -18,10 +18,16 @@ from tlmir.runtime.target import host_hardware
 from tlmir.runtime.task import Task
 from tlmir.schedule.space import SearchSpace
 
-TASKS = {
-    "matmul 512^3": lambda: ops.matmul(512, 512, 512),
-    "conv2d_bias_relu 1x64x56x56 k64 3x3": lambda: ops.conv2d_bias_relu(1, 64, 56, 56, 64, 3, 3, padding=1),
-    "softmax 1536x128": lambda: ops.softmax(1536, 128),
+def _held_out(network: str, prefix: str):
+    from tlmir.workloads import network_tasks
+    return lambda: next(t for t, _ in network_tasks(network) if t.name.startswith(prefix))
+
+
+TASKS = {  # three held-out subgraphs (networks never seen in training) and one plain op
+    "resnet-50 conv2d_bias_relu 3x3": _held_out("resnet-50", "conv2d_bias_relu_1x64x56x56_k64_3x3"),
+    "bert-base dense_bias_gelu": _held_out("bert-base", "dense_bias_gelu"),
+    "bert-base softmax": _held_out("bert-base", "softmax"),
+    "matmul 512^3 (no plain matmul in training)": lambda: Task.from_op(ops.matmul(512, 512, 512)),
 }
 
 
@@ -36,7 +42,7 @@ def main() -> None:
     hw = host_hardware()
     print(f"# model {a.model}: {sum(x.numel() for x in model.parameters()):,} parameters, vocab {tok.vocab_size}")
     for name, make in TASKS.items():
-        task = Task.from_op(make())
+        task = make()
         gen = Generator(model, tok, hw, Sampling(a.temperature), seed=0)
         for batch in (1, 64):
             n = min(a.n, 8) if batch == 1 else a.n
