@@ -43,3 +43,10 @@ def test_generate_rejects_mismatched_tokenizer_and_truncated_checkpoint(tmp_path
     (e / "model.safetensors").write_bytes(data[: len(data) // 2])
     assert main(["generate", "--model", str(e), "--op", "matmul", "--shape", "16,16,16"]) == 2
     assert str(e) in capsys.readouterr().err
+
+
+def test_shipped_base_model_loads_and_generates(capsys):
+    assert main(["generate", "--model", "base", "--op", "matmul", "--shape", "32,32,32", "-n", "2",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["generated"] == out["valid"] == out["verified"] == 2
