@@ -10,8 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import time
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # numpy is the single-thread baseline
 import numpy as np  # noqa: E402
@@ -19,6 +17,7 @@ import torch  # noqa: E402
 
 import tlmir  # noqa: E402
 from tlmir import ops  # noqa: E402
+from tlmir.ops.baselines import time_baseline  # noqa: E402
 from tlmir.demo import schedule_matmul  # noqa: E402
 
 
@@ -102,22 +101,8 @@ WORKLOADS = [
 
 
 def time_fn(fn, repeat: int) -> float:
-    fn()
-    n = 1
-    while True:  # calls per sample so that a sample lasts >= 2 ms
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        if time.perf_counter() - t0 >= 2e-3 or n >= 1 << 16:
-            break
-        n *= 2
-    samples = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        samples.append((time.perf_counter() - t0) / n)
-    return statistics.median(samples)
+    """Median seconds per call, samples of >= 2 ms (the baselines' timer, shared)."""
+    return time_baseline(fn, (), repeat, min_sample_s=2e-3)
 
 
 def run(repeat: int) -> list[dict]:
