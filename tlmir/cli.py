@@ -82,17 +82,20 @@ def cmd_tune(args) -> None:
 
     from .runtime.task import Task
     from .search.tune import tune, tune_workload
+    if args.strategy.startswith("tlm"):
+        from .lm.commands import passive_openmp
+        passive_openmp()
     threads = int(os.environ.get("TLMIR_NUM_THREADS") or os.cpu_count() or 1)
     if args.workload:
         from .workloads import network_tasks
         res = tune_workload(network_tasks(args.workload), args.trials_per_task, args.strategy, args.db,
-                            args.seed, progress=not args.json)
+                            args.seed, progress=not args.json, model=args.model)
         results = res.results
     else:
         if not args.op:
             raise TlmirError("tune needs --op (with --shape/--param) or --workload")
         results = [tune(Task.from_op(op_from_args(args)), trials=args.trials, strategy=args.strategy,
-                        db=args.db, seed=args.seed, progress=not args.json)]
+                        db=args.db, seed=args.seed, progress=not args.json, model=args.model)]
     rows = []
     for r in results:
         base = _baselines(r.task, threads) if not args.no_baselines else {}
@@ -173,7 +176,10 @@ def main(argv: list[str] | None = None) -> int:
     tu.add_argument("--workload", help="network name (see `tlmir workloads`)")
     tu.add_argument("--trials", type=int, default=64, help="measurements for --op")
     tu.add_argument("--trials-per-task", type=int, default=64, help="measurements per task for --workload")
-    tu.add_argument("--strategy", default="evolutionary", help="random | evolutionary")
+    tu.add_argument("--strategy", default="evolutionary",
+                    help="random | evolutionary | tlm | tlm+evolutionary")
+    tu.add_argument("--model", default="default",
+                    help="TLM for the tlm strategies: default (shipped, SFT'd), base, or a directory")
     tu.add_argument("--db", help="records database (SQLite); reruns resume from it")
     tu.add_argument("--seed", type=int, default=0)
     tu.add_argument("--json", action="store_true", help="print one JSON object")

@@ -12,16 +12,21 @@ import numpy as np
 from ..errors import TlmirError
 from ..runtime.target import host_hardware
 
-BASE_MODEL = os.path.join(os.path.dirname(__file__), "models", "base")
+MODELS = os.path.join(os.path.dirname(__file__), "models")
+BASE_MODEL = os.path.join(MODELS, "base")    # pre-trained only
+TUNED_MODEL = os.path.join(MODELS, "tlm")    # + iterative SFT on this CPU class: the default
 TOKENIZER_FILE = "tokenizer.json"
 
 
 def model_dir(name: str) -> str:
-    """`base` names the model shipped in the package; anything else is a directory."""
-    return BASE_MODEL if name == "base" else name
+    """`base` and `tlm` name the models shipped in the package, `default` the one used
+    when none is given (the SFT'd `tlm`); anything else is a directory."""
+    if name == "default":
+        return TUNED_MODEL if os.path.isfile(os.path.join(TUNED_MODEL, "config.json")) else BASE_MODEL
+    return {"base": BASE_MODEL, "tlm": TUNED_MODEL}.get(name, name)
 
 
-def _passive_openmp() -> None:
+def passive_openmp() -> None:
     """Idle OpenMP threads sleep instead of spinning: on a shared 2-core machine spinning
     torch threads made training 2-3x slower. Must run before torch is first imported."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -66,7 +71,7 @@ def _split_by_task(records: list[dict], val_fraction: float) -> tuple[list, list
 
 
 def cmd_train_pretrain(args) -> None:
-    _passive_openmp()
+    passive_openmp()
     from .model import GPTConfig
     from .sample import read_sentences
     from .tokenizer import Tokenizer
@@ -85,7 +90,7 @@ def cmd_train_pretrain(args) -> None:
 
 
 def cmd_generate(args) -> None:
-    _passive_openmp()
+    passive_openmp()
     import torch
 
     from ..cli import op_from_args

@@ -141,4 +141,17 @@ class EvolutionarySearch(RandomSearch):
                            np.zeros(len(ok), dtype=np.int64))
 
 
-STRATEGIES = {"random": RandomSearch, "evolutionary": EvolutionarySearch}
+STRATEGIES = ("random", "evolutionary", "tlm", "tlm+evolutionary")
+
+
+def make_strategy(name: str, space: SearchSpace, task, seed: int = 0, model: str = "default"):
+    """The search object of strategy `name` for `task` (`model`: the TLM for tlm strategies)."""
+    if name == "random":
+        return RandomSearch(space, task.args, seed)
+    if name == "evolutionary":
+        return EvolutionarySearch(space, task.args, seed)
+    if name in ("tlm", "tlm+evolutionary"):
+        from ..lm.tlm_search import TLMEvolutionarySearch, TLMSearch  # torch only when asked for
+        cls = TLMSearch if name == "tlm" else TLMEvolutionarySearch
+        return cls(space, task.args, seed, task=task, model=model)
+    raise TlmirError(f"unknown strategy {name!r}; available: {', '.join(STRATEGIES)}")

@@ -18,7 +18,7 @@ from ..runtime.task import Task
 from ..schedule.decider import ReplayDecider, Trace
 from ..schedule.space import SearchSpace
 from .measurer import Measurer
-from .strategy import STRATEGIES, Candidate, make_candidate
+from .strategy import Candidate, make_candidate, make_strategy
 
 
 @dataclass
@@ -84,12 +84,10 @@ class TaskTuner:
     """Tuning state of one task; `step(n)` measures one round of up to n candidates."""
 
     def __init__(self, task: Task, strategy: str, db: RecordDB, measurer: Measurer,
-                 hw: HardwareParams, sp: SearchParams, seed: int = 0):
-        if strategy not in STRATEGIES:
-            raise TlmirError(f"unknown strategy {strategy!r}; available: {sorted(STRATEGIES)}")
+                 hw: HardwareParams, sp: SearchParams, seed: int = 0, model: str = "default"):
         self.task, self.db, self.measurer, self.hw, self.sp = task, db, measurer, hw, sp
         self.space = SearchSpace(task.outputs, hw, sp)
-        self.search = STRATEGIES[strategy](self.space, task.args, seed=seed)
+        self.search = make_strategy(strategy, self.space, task, seed, model)
         self.strategy = strategy
         self.result = TuneResult(task, space=self.space)
         self._resume()
@@ -148,8 +146,9 @@ class TaskTuner:
 def tune(task: Task, target: str = "cpu", trials: int = 64, strategy: str = "evolutionary",
          db: str | RecordDB | None = None, seed: int = 0, progress: bool = True,
          hw: HardwareParams | None = None, sp: SearchParams | None = None,
-         measurer: Measurer | None = None) -> TuneResult:
-    """Search `task`'s schedule space for `trials` measurements in total (database included)."""
+         measurer: Measurer | None = None, model: str = "default") -> TuneResult:
+    """Search `task`'s schedule space for `trials` measurements in total (database included).
+    `model`: the TLM of the tlm strategies (`default`: the shipped one, or a directory)."""
     if target != "cpu":
         raise TlmirError(f"unknown target {target!r}; available: ['cpu']")
     if not isinstance(task, Task):
@@ -159,7 +158,7 @@ def tune(task: Task, target: str = "cpu", trials: int = 64, strategy: str = "evo
     rdb = db if isinstance(db, RecordDB) else RecordDB(db or ":memory:")
     meas = measurer or Measurer()
     try:
-        tuner = TaskTuner(task, strategy, rdb, meas, hw, sp, seed)
+        tuner = TaskTuner(task, strategy, rdb, meas, hw, sp, seed, model)
         bar = Progress(trials, task.name, progress)
         while tuner.result.measurements < trials:
             before = tuner.result.measurements
@@ -214,7 +213,8 @@ def _pick_task(tuners: list, weights: list, rounds: list, sp: SearchParams) -> i
 
 def tune_workload(tasks: list, trials_per_task: int, strategy: str = "evolutionary",
                   db: str | RecordDB | None = None, seed: int = 0, progress: bool = True,
-                  hw: HardwareParams | None = None, sp: SearchParams | None = None) -> WorkloadResult:
+                  hw: HardwareParams | None = None, sp: SearchParams | None = None,
+                  model: str = "default") -> WorkloadResult:
     """Tune weighted tasks with a total budget of trials_per_task × len(tasks)
     measurements; every task gets one round first, then the scheduler decides."""
     hw, sp = hw or host_hardware(), sp or SearchParams()
@@ -222,7 +222,7 @@ def tune_workload(tasks: list, trials_per_task: int, strategy: str = "evolutiona
     rdb = db if isinstance(db, RecordDB) else RecordDB(db or ":memory:")
     meas = Measurer()
     try:
-        tuners = [TaskTuner(t, strategy, rdb, meas, hw, sp, seed) for t, _ in tasks]
+        tuners = [TaskTuner(t, strategy, rdb, meas, hw, sp, seed, model) for t, _ in tasks]
         weights = [w for _, w in tasks]
         budget = trials_per_task * len(tasks)
         per_round = min(sp.measures_per_round, trials_per_task)

@@ -1,0 +1,94 @@
+"""Supervised fine-tuning on demonstrations (paper §5.3): the prompt is given, only the
+answers are learned.
+
+    stats = sft("tlmir/lm/models/base", demo_sentences, "runs/tlm-r1", epochs=4)
+
+A demonstration is the sentence of a measured, verified program that was the best one
+found for its task (or for one sketch of its task). SFT starts from a copy of the base
+weights every time (the paper fine-tunes a fresh TLM-base on all demonstrations so far,
+so early, poor demonstrations do not pile up) and scores only answer tokens: the sketch
+id, every word after a question's `=`, and `</s>`. The task and hardware prompt and the
+question words are context, never targets.
+"""
+from __future__ import annotations
+
+import math
+import os
+import shutil
+from typing import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import ModelError
+from .language import EOS, QUESTION_KEYWORDS
+from .tokenizer import Tokenizer
+
+TOKENIZER_FILE = "tokenizer.json"
+
+
+def answer_flags(words: Sequence[str]) -> list[bool]:
+    """One flag per word: is it part of an answer (what SFT learns)?"""
+    flags, in_answer = [], False
+    for i, w in enumerate(words):
+        if w == "sketch" and i + 1 < len(words):
+            flags.append(False)
+            in_answer = True  # the sketch id is the first answer
+            continue
+        if w in QUESTION_KEYWORDS:
+            in_answer = False
+        flags.append(in_answer or w == EOS)
+        if w == "=":
+            in_answer = True
+    return flags
+
+
+def answer_mask(tok: Tokenizer) -> Callable[[list[int]], list[bool]]:
+    """loss_mask for `pretrain`: flags from the words of a token-id sequence."""
+    return lambda ids: answer_flags([tok.word(i) for i in ids])
+
+
+@torch.no_grad()
+def answer_nll(model, tok: Tokenizer, sentences: Sequence[str], batch_size: int = 32) -> float:
+    """Mean negative log-likelihood (nats per answer token) of the sentences' answers."""
+    model.eval()
+    total, count = 0.0, 0
+    for i in range(0, len(sentences), batch_size):
+        seqs = [tok.encode(s, strict=True) for s in sentences[i:i + batch_size]]
+        width = max(len(s) for s in seqs) - 1
+        x = torch.full((len(seqs), width), tok.pad_id, dtype=torch.long)
+        y = torch.full((len(seqs), width), -100, dtype=torch.long)
+        for r, s in enumerate(seqs):
+            flags = answer_flags([tok.word(t) for t in s])[1:]
+            x[r, :len(s) - 1] = torch.tensor(s[:-1])
+            y[r, :len(s) - 1] = torch.tensor([t if f else -100 for t, f in zip(s[1:], flags)])
+        logits, _ = model(x)
+        total += float(F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1),
+                                       ignore_index=-100, reduction="sum"))
+        count += int((y != -100).sum())
+    return total / count if count else math.nan
+
+
+def sft(base_dir: str, sentences: Sequence[str], out_dir: str, epochs: float = 4.0,
+        batch_size: int = 16, lr: float = 3e-4, seed: int = 0, threads: int | None = None,
+        log: Callable[[str], None] | None = print, time_limit: float | None = None) -> dict:
+    """Fine-tune a fresh copy of the model in `base_dir` on demonstration sentences;
+    the result (checkpoint + tokenizer) goes to `out_dir`. Resumable like `pretrain`."""
+    from .checkpoint import load_checkpoint
+    from .train import pretrain
+    tok = Tokenizer.load(os.path.join(base_dir, TOKENIZER_FILE))
+    base, _ = load_checkpoint(base_dir, expect_vocab_size=tok.vocab_size)
+    if not sentences:
+        raise ModelError(f"SFT into {out_dir}: no demonstration sentences")
+    seqs = [tok.encode(s, strict=True) for s in sentences]
+    too_long = [len(s) for s in seqs if len(s) - 1 > base.config.block_size]
+    if too_long:
+        raise ModelError(f"SFT into {out_dir}: {len(too_long)} demonstrations are longer than the "
+                         f"model's block size {base.config.block_size} (longest {max(too_long)} tokens)")
+    steps = max(1, math.ceil(epochs * len(seqs) / batch_size))
+    os.makedirs(out_dir, exist_ok=True)
+    shutil.copyfile(os.path.join(base_dir, TOKENIZER_FILE), os.path.join(out_dir, TOKENIZER_FILE))
+    return pretrain(seqs, [], base.config, out_dir, tok.pad_id, steps=steps, batch_size=batch_size,
+                    lr=lr, warmup=min(20, steps // 10), seed=seed, eval_every=max(steps, 1),
+                    log=log, loss_mask=answer_mask(tok), init_from=base_dir, time_limit=time_limit,
+                    extra={"sft": {"demonstrations": len(seqs), "epochs": epochs}}, threads=threads)

@@ -1,0 +1,104 @@
+"""Search strategies driven by the tensor language model.
+
+`tlm`: every round the TLM writes new programs for the task (constrained generation,
+batched); the tuner measures them and keeps the best. The very first candidate is the
+model's greedy answer (temperature 0) — with a budget of one measurement that is the
+program used, no search at all; the rest are sampled.
+
+`tlm+evolutionary`: the first round is the `tlm` round; after it, Ansor's evolutionary
+search runs with TLM programs in place of random samples (population refills and the
+ε-greedy share), so the model seeds the population and the cost model refines it.
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+from ..errors import TlmirError
+from ..schedule.space import SearchSpace
+from ..search.strategy import Candidate, EvolutionarySearch, RandomSearch, make_candidate
+from .generate import Generator, Sampling
+
+DEFAULT_MODEL = "default"
+_MODELS: dict = {}
+_LOCK = threading.Lock()
+
+
+def cached_model(name: str):
+    """(model, tokenizer) loaded once per process and directory."""
+    from .commands import load_model, model_dir
+    path = os.path.abspath(model_dir(name))
+    with _LOCK:
+        if path not in _MODELS:
+            model, tok, _ = load_model(path)
+            _MODELS[path] = (model.eval(), tok)
+        return _MODELS[path]
+
+
+class TLMSearch(RandomSearch):
+    name = "tlm"
+
+    def __init__(self, space: SearchSpace, args, seed: int = 0, task=None, model: str = DEFAULT_MODEL,
+                 sampling: Sampling | None = None, batch_size: int = 64, greedy_first: bool = True):
+        super().__init__(space, args, seed)
+        if task is None:
+            raise TlmirError("the tlm strategy needs the task (its prompt is the model's input)")
+        net, tok = cached_model(model)
+        self.task, self.batch_size = task, batch_size
+        self.gen = Generator(net, tok, space.hw, sampling or Sampling(), seed)
+        self.greedy = Generator(net, tok, space.hw, Sampling(temperature=0.0), seed) if greedy_first else None
+
+    def _generate(self, n: int, exclude: set) -> list[Candidate]:
+        """Up to n distinct TLM programs whose traces are not in `exclude`."""
+        out: dict[str, Candidate] = {}
+        if self.greedy is not None and n > 0:
+            gens = self.greedy.generate(self.task, 1, 1, self.space)
+            self.greedy = None
+            out.update(self._candidates(gens, exclude, n))
+        for _ in range(4):  # a sharp model repeats itself; a few more draws, then give up
+            need = n - len(out)
+            if need <= 0:
+                break
+            gens = self.gen.generate(self.task, need, self.batch_size, self.space)
+            for key, cand in self._candidates(gens, exclude | set(out), need).items():
+                out.setdefault(key, cand)
+        return list(out.values())[:n]
+
+    def _candidates(self, gens, exclude: set, n: int) -> dict:
+        out: dict[str, Candidate] = {}
+        for g in gens:
+            if g.trace is None or len(out) >= n:
+                continue
+            cand = make_candidate(self.space, self.args, (g.schedule, g.trace))
+            if cand.key not in exclude:
+                out.setdefault(cand.key, cand)
+        return out
+
+    def propose(self, n: int) -> list[Candidate]:
+        picks = self._generate(n, self.seen)
+        self.seen.update(c.key for c in picks)
+        if len(picks) < n:  # the model keeps writing programs already measured
+            picks += RandomSearch._sample(self, n - len(picks), self.seen)
+            self.seen.update(c.key for c in picks)
+        return picks
+
+
+class TLMEvolutionarySearch(EvolutionarySearch):
+    name = "tlm+evolutionary"
+
+    def __init__(self, space: SearchSpace, args, seed: int = 0, task=None, model: str = DEFAULT_MODEL):
+        super().__init__(space, args, seed)
+        self.tlm = TLMSearch(space, args, seed, task=task, model=model)
+
+    def _sample(self, n: int, exclude: set) -> list[Candidate]:
+        picks = self.tlm._generate(n, exclude)
+        if len(picks) < n:
+            picks += super()._sample(n - len(picks), exclude | {c.key for c in picks})
+        return picks
+
+    def propose(self, n: int) -> list[Candidate]:
+        if not self.measured:  # round one: the model's own programs, as `tlm` measures them
+            picks = self.tlm.propose(n)
+            self.seen.update(c.key for c in picks)
+            return picks
+        return super().propose(n)
