@@ -89,6 +89,20 @@ def cmd_train_pretrain(args) -> None:
     print(json.dumps(stats, indent=1))
 
 
+def cmd_iterate(args) -> None:
+    passive_openmp()
+    from ..workloads import split_tasks
+    from .iterate import IterateConfig, Iteration
+    tasks = [t for t in split_tasks(args.split) if t.flops <= args.max_gflop * 1e9][: args.limit]
+    cfg = IterateConfig(rounds=args.rounds, per_task=args.per_task, batches=args.batches,
+                        sft_epochs=args.sft_epochs, seed=args.seed)
+    res = Iteration(args.out, args.model, tasks, cfg).run()
+    last = res["curve"][-1]
+    print(f"final model {res['out']} (from {res['final_model']}); normalized latency "
+          f"{last['normalized_latency']:.4f} after {last['measurements']} measurements; "
+          f"curve in {os.path.join(res['out'], 'curve.png')}")
+
+
 def cmd_generate(args) -> None:
     passive_openmp()
     import torch
@@ -173,6 +187,18 @@ def add_parsers(sub, op_args) -> None:
     pt.add_argument("--val-fraction", type=float, default=0.03)
     pt.add_argument("--time-limit", type=float)
     pt.set_defaults(fn=cmd_train_pretrain)
+    it = sub.add_parser("iterate", help="iterative optimization: generate, measure, fine-tune (paper §5.3)")
+    it.add_argument("--split", default="train")
+    it.add_argument("--rounds", type=int, default=8)
+    it.add_argument("--model", default="base", help="the base model each round fine-tunes afresh")
+    it.add_argument("--out", required=True, help="run directory; the final model lands here")
+    it.add_argument("--per-task", type=int, default=8, help="programs measured per task and round")
+    it.add_argument("--batches", type=int, default=4, help="the tasks are measured in this many batches")
+    it.add_argument("--max-gflop", type=float, default=1.0, help="leave out tasks larger than this")
+    it.add_argument("--limit", type=int, help="only the first N tasks")
+    it.add_argument("--sft-epochs", type=float, default=8.0)
+    it.add_argument("--seed", type=int, default=0)
+    it.set_defaults(fn=cmd_iterate)
     ge = sub.add_parser("generate", help="generate schedules for an op with a TLM (paper Alg. 2)")
     ge.add_argument("--model", default="base", help="model directory, or `base` for the shipped model")
     op_args(ge)

@@ -1,0 +1,338 @@
+"""Iterative optimization (paper §5.3, Figure 8): generate with the TLM, measure, keep
+the best programs as demonstrations, fine-tune, repeat.
+
+    it = Iteration("models/tlm", base="tlmir/lm/models/base", tasks=split_tasks("train"),
+                   config=IterateConfig(rounds=8))
+    it.run()
+
+The training tasks are sorted by type and dealt round-robin into `batches` batches;
+round r measures batch r mod batches: `per_task` programs per task, written by the
+newest fine-tuned model finished at that point (the base model before any). After a
+round, the best program of every task (and of every sketch close enough to it) becomes
+a demonstration, and a fresh copy of the base model is fine-tuned on all
+demonstrations so far — in a separate process at the lowest CPU priority, so it soaks up
+what the measurements leave idle (compilation, generation) and the measuring cores never
+wait for training. The next round uses whichever fine-tuned model is finished.
+
+`out` holds everything: `records.db` (every measurement, `round` = the round),
+`progress.json` (reference latencies, finished (round, task) pairs, the convergence
+curve), `sft-r<k>/` (the model fine-tuned after round k), `curve.json`/`curve.png`
+(normalized total latency vs measurements) and, at the end, the final model itself
+(`out` is then a model directory: `tlmir tune --model <out>`). A killed run restarts
+where it stopped: finished measurements are never repeated.
+"""
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing as mp
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+from ..errors import TlmirError
+from ..runtime.records import Record, RecordDB
+from ..runtime.target import HardwareParams, SearchParams, host_hardware
+from ..schedule.decider import Trace
+from ..schedule.lower import lower
+from ..schedule.schedule import create_schedule
+from ..schedule.space import SearchSpace
+from ..search.measurer import Measurer
+from .checkpoint import atomic_write_text, read_config
+from .language import trace_to_sentence
+
+STRATEGY = "iterate"
+PROGRESS = "progress.json"
+MODEL_FILES = ("config.json", "model.safetensors", "tokenizer.json")
+
+
+@dataclass
+class IterateConfig:
+    rounds: int = 8
+    per_task: int = 8          # k_p: programs generated and measured per task and round
+    batches: int = 4           # k_b: the task set is measured in this many batches
+    sft_epochs: float = 8.0
+    sft_batch_size: int = 16
+    sft_lr: float = 5e-4
+    demo_sketch_slack: float = 1.5  # a sketch's best program is a demonstration within this x task best
+    temperature: float = 1.0
+    seed: int = 0
+
+
+def task_type(task) -> str:
+    """The op family of a task (its name up to the first shape digit)."""
+    words = []
+    for w in task.name.split("_"):
+        if any(ch.isdigit() for ch in w):
+            break
+        words.append(w)
+    return "_".join(words) or task.name
+
+
+def task_batches(tasks: list, k: int) -> list[list]:
+    """Tasks sorted by type (then FLOPs, key), dealt round-robin into k batches, so every
+    batch holds every type."""
+    order = sorted(tasks, key=lambda t: (task_type(t), t.flops, t.key))
+    return [order[i::k] for i in range(k)]
+
+
+def sft_finished(directory: str) -> bool:
+    try:
+        _, meta = read_config(directory)
+    except TlmirError:
+        return False
+    train = meta.get("train") or {}
+    return bool(train) and train.get("step", 0) >= train.get("steps", 1)
+
+
+def _sft_process(base: str, sentences: list, out_dir: str, cfg: dict, log_path: str) -> None:
+    """Entry point of the fine-tuning process (lowest CPU priority, one thread)."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    try:
+        os.nice(19)
+    except OSError:
+        pass
+    from .sft import sft
+    with open(log_path, "a") as fh:
+        def log(msg: str) -> None:
+            fh.write(msg + "\n")
+            fh.flush()
+        sft(base, sentences, out_dir, epochs=cfg["sft_epochs"], batch_size=cfg["sft_batch_size"],
+            lr=cfg["sft_lr"], seed=cfg["seed"], threads=1, log=log)
+
+
+class Iteration:
+    def __init__(self, out: str, base: str, tasks: list, config: IterateConfig | None = None,
+                 hw: HardwareParams | None = None, sp: SearchParams | None = None,
+                 log: Callable[[str], None] | None = print):
+        from .commands import model_dir
+        self.out, self.base = out, model_dir(base)
+        self.cfg = config or IterateConfig()
+        if self.cfg.rounds < 1 or self.cfg.per_task < 1 or self.cfg.batches < 1:
+            raise TlmirError("iterate needs rounds, per_task and batches >= 1")
+        if not tasks:
+            raise TlmirError("iterate needs at least one task")
+        self.tasks = {t.key: t for t in tasks}
+        self.batches = task_batches(list(self.tasks.values()), min(self.cfg.batches, len(self.tasks)))
+        self.hw, self.sp = hw or host_hardware(), sp or SearchParams()
+        self.log = log or (lambda m: None)
+        os.makedirs(out, exist_ok=True)
+        self.db = RecordDB(os.path.join(out, "records.db"))
+        self.progress = self._load_progress()
+        self._sft: tuple | None = None  # (process, round) of the fine-tuning in flight
+        self._t0 = time.monotonic()
+
+    # ------------------------------------------------------------------ state
+    def _load_progress(self) -> dict:
+        path = os.path.join(self.out, PROGRESS)
+        if not os.path.exists(path):
+            return {"config": asdict(self.cfg), "reference": {}, "done": [], "curve": [],
+                    "wall_seconds": 0.0}
+        try:
+            with open(path) as fh:
+                prog = json.load(fh)
+            prog["done"] = [list(d) for d in prog["done"]]
+            for k in ("reference", "curve", "wall_seconds"):
+                prog[k]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise TlmirError(f"{path} is unreadable ({e}); remove it to start the run over") from None
+        return prog
+
+    def _save_progress(self) -> None:
+        self.progress["wall_seconds"] = self._wall()
+        self._t0 = time.monotonic()
+        atomic_write_text(os.path.join(self.out, PROGRESS), json.dumps(self.progress, indent=1) + "\n")
+
+    def _wall(self) -> float:
+        return self.progress["wall_seconds"] + time.monotonic() - self._t0
+
+    def _is_done(self, rnd: int, key: str) -> bool:
+        return [rnd, key] in self.progress["done"]
+
+    # ------------------------------------------------------------------ models
+    def _sft_dir(self, rnd: int) -> str:
+        return os.path.join(self.out, f"sft-r{rnd}")
+
+    def latest_model(self, before: int) -> tuple[str, int]:
+        """(directory, round) of the newest finished fine-tuned model of a round < before;
+        (base, -1) if none."""
+        for r in range(before - 1, -1, -1):
+            if sft_finished(self._sft_dir(r)):
+                return self._sft_dir(r), r
+        return self.base, -1
+
+    def demonstrations(self) -> list[str]:
+        """The best program per task, plus each sketch's best within `demo_sketch_slack`."""
+        out = []
+        for key, task in self.tasks.items():
+            best: dict[int, tuple[float, str]] = {}
+            for rec in self.db.records(key, self.hw.key, ok_only=True):
+                sketch = json.loads(rec.trace)["sketch"]
+                if sketch not in best or rec.best < best[sketch][0]:
+                    best[sketch] = (rec.best, rec.trace)
+            if not best:
+                continue
+            top = min(s for s, _ in best.values())
+            for s, trace in sorted(best.values()):
+                if s <= top * self.cfg.demo_sketch_slack:
+                    out.append(trace_to_sentence(task, self.hw, Trace.from_json(trace)))
+        return out
+
+    def _start_sft(self, rnd: int) -> None:
+        demos = self.demonstrations()
+        if not demos:
+            return
+        if os.path.isdir(self._sft_dir(rnd)):
+            shutil.rmtree(self._sft_dir(rnd))  # unfinished, from a killed run: start it over
+        ctx = mp.get_context("spawn")
+        proc = ctx.Process(target=_sft_process, daemon=True,
+                           args=(self.base, demos, self._sft_dir(rnd), asdict(self.cfg),
+                                 os.path.join(self.out, "sft.log")))
+        proc.start()
+        self._sft = (proc, rnd)
+        self.log(f"[iterate] fine-tuning on {len(demos)} demonstrations -> {self._sft_dir(rnd)} "
+                 f"(pid {proc.pid}, in the background)")
+
+    def _sft_running(self) -> bool:
+        if self._sft is None:
+            return False
+        proc, rnd = self._sft
+        if proc.is_alive():
+            return True
+        proc.join()
+        if proc.exitcode != 0:
+            self.log(f"[iterate] fine-tuning after round {rnd} failed (exit {proc.exitcode}); "
+                     f"see {os.path.join(self.out, 'sft.log')}")
+        self._sft = None
+        return False
+
+    # ------------------------------------------------------------------ measuring
+    def _reference(self, task, measurer: Measurer) -> float:
+        """Latency of the untuned default schedule (the curve's 1.0)."""
+        if task.key not in self.progress["reference"]:
+            res = measurer.measure(task, lower(create_schedule(task.outputs), task.args), cutoff=0.05)
+            self.progress["reference"][task.key] = res.min if res.ok else None
+            self._save_progress()
+        return self.progress["reference"][task.key]
+
+    def _measure_task(self, rnd: int, task, gen, measurer: Measurer) -> int:
+        space = SearchSpace(task.outputs, self.hw, self.sp)
+        mine = [r for r in self.db.records(task.key, self.hw.key) if r.strategy == STRATEGY]
+        need = self.cfg.per_task - sum(r.round == rnd for r in mine)
+        seen = {r.trace for r in mine}
+        best = min((r.best for r in mine if r.best is not None), default=math.inf)
+        n = 0
+        if need > 0:
+            for g in gen.generate(task, need, 64, space):
+                key = g.trace.to_json() if g.trace is not None else None
+                if key is None or key in seen:
+                    continue  # the model wrote a program measured before: not measured twice
+                seen.add(key)
+                try:
+                    res = measurer.measure(task, lower(g.schedule, task.args),
+                                           cutoff=best * self.sp.cutoff_factor if math.isfinite(best) else None)
+                    ok, err, kind = res.ok, res.error, (None if res.ok else res.kind)
+                    times, secs = (list(res.times), res.min) if res.ok else ([], None)
+                except TlmirError as e:
+                    ok, err, kind, times, secs = False, f"{type(e).__name__}: {e}", "lower", [], None
+                self.db.append(Record(task.key, task.name, self.hw.key, key, times, secs, err, kind,
+                                      STRATEGY, rnd))
+                if ok:
+                    best = min(best, secs)
+                n += 1
+        self.progress["done"].append([rnd, task.key])
+        self._save_progress()
+        return n
+
+    def normalized_latency(self) -> float:
+        """Σ_tasks min(best, untuned) / Σ_tasks untuned: 1.0 = nothing tuned."""
+        num = den = 0.0
+        for key, ref in self.progress["reference"].items():
+            if key not in self.tasks or not ref:
+                continue
+            best = self.db.best(key, self.hw.key)
+            num += min(ref, best[0].best) if best else ref
+            den += ref
+        return num / den if den else math.nan
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> dict:
+        from .commands import load_model
+        from .generate import Generator, Sampling
+        measurer = Measurer()
+        try:
+            todo = [t for t in self.tasks.values() if t.key not in self.progress["reference"]]
+            if todo:
+                self.log(f"[iterate] timing the untuned default schedule of {len(todo)} tasks")
+            for t in todo:
+                self._reference(t, measurer)
+            if not self.progress["curve"]:
+                self._point(-1, "none")
+            for rnd in range(self.cfg.rounds):
+                batch = self.batches[rnd % len(self.batches)]
+                left = [t for t in batch if not self._is_done(rnd, t.key)]
+                if left:
+                    mdir, mround = self.latest_model(rnd)
+                    model, tok, _ = load_model(mdir)
+                    gen = Generator(model, tok, self.hw, Sampling(self.cfg.temperature),
+                                    seed=self.cfg.seed * 1000 + rnd)
+                    self.log(f"[iterate] round {rnd}: {len(left)} of {len(batch)} tasks, "
+                             f"model {os.path.basename(mdir)}")
+                    for i, t in enumerate(left):
+                        n = self._measure_task(rnd, t, gen, measurer)
+                        self.log(f"[iterate] r{rnd} {i + 1}/{len(left)} {t.name}: {n} measured")
+                    self._point(rnd, os.path.basename(mdir) if mround >= 0 else "base")
+                    if not self._sft_running():  # else the next round's fine-tuning takes these too
+                        self._start_sft(rnd)
+            while self._sft_running():
+                time.sleep(1.0)
+            last = self.cfg.rounds - 1
+            if not sft_finished(self._sft_dir(last)):
+                self._start_sft(last)
+                while self._sft_running():
+                    time.sleep(1.0)
+            final, _ = self.latest_model(self.cfg.rounds)
+            for f in MODEL_FILES:
+                shutil.copyfile(os.path.join(final, f), os.path.join(self.out, f + ".tmp"))
+            for f in MODEL_FILES[::-1]:  # config.json last: the directory is a model once it lands
+                os.replace(os.path.join(self.out, f + ".tmp"), os.path.join(self.out, f))
+            self._plot()
+            self._save_progress()
+            return {"out": self.out, "final_model": final, "curve": self.progress["curve"]}
+        finally:
+            measurer.close()
+            if self._sft is not None and self._sft[0].is_alive():
+                self._sft[0].terminate()  # resumable: pretrain restarts it from its checkpoint
+            self.db.close()
+
+    def _point(self, rnd: int, model: str) -> None:
+        pt = {"round": rnd, "measurements": self.db.count(hw_key=self.hw.key),
+              "normalized_latency": self.normalized_latency(), "wall_seconds": round(self._wall(), 1),
+              "model": model}
+        self.progress["curve"] = [p for p in self.progress["curve"] if p["round"] != rnd] + [pt]
+        self._save_progress()
+        atomic_write_text(os.path.join(self.out, "curve.json"),
+                          json.dumps(self.progress["curve"], indent=1) + "\n")
+        self.log(f"[iterate] after round {rnd}: {pt['measurements']} measurements, normalized "
+                 f"latency {pt['normalized_latency']:.4f}, {pt['wall_seconds']:.0f}s")
+        self._plot()
+
+    def _plot(self) -> None:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
+        from .checkpoint import atomic_write
+        curve = self.progress["curve"]
+        fig = Figure(figsize=(6.5, 4), dpi=110)
+        FigureCanvasAgg(fig)
+        ax = fig.add_subplot(1, 1, 1)
+        ax.plot([p["measurements"] for p in curve], [p["normalized_latency"] for p in curve], "o-")
+        ax.set_xlabel("measurements")
+        ax.set_ylabel("total latency / untuned")
+        ax.set_title(f"iterative optimization ({len(self.tasks)} tasks, "
+                     f"{self.cfg.batches} batches, {self.cfg.per_task} per task)")
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        atomic_write(os.path.join(self.out, "curve.png"), lambda tmp: fig.savefig(tmp, format="png"))
