@@ -111,6 +111,38 @@ def cmd_tune(args) -> None:
         print(json.dumps({"tasks": rows} if args.workload else rows[0]))
 
 
+def cmd_eval(args) -> None:
+    import json
+
+    from .evaluate import Evaluation, format_network, frameworks, network_report, representative_tasks
+    from .lm.commands import passive_openmp
+    passive_openmp()
+    tasks = representative_tasks(args.split)[: args.tasks]
+    ev = Evaluation(args.out, tasks, frameworks([int(b) for b in args.budgets.split(",")], args.baseline),
+                    args.model, log=None if args.json else print)
+    if args.phase in ("all", "search"):
+        ev.search(args.which)
+    if args.networks and args.phase in ("all", "search"):
+        import os
+        reports = []
+        for net in args.networks.split(","):
+            for k in (int(b) for b in args.network_budgets.split(",")):
+                rep = network_report(net, "tlm", k, os.path.join(args.out, f"net-{net}-tlm-{k}.db"),
+                                     args.model, progress=not args.json)
+                reports.append(rep)
+                if not args.json:
+                    print(format_network(rep))
+        with open(os.path.join(args.out, "networks.json"), "w") as fh:
+            json.dump(reports, fh, indent=1)
+    if args.phase in ("all", "report"):
+        rep = ev.report()
+        if args.json:
+            print(json.dumps(rep))
+        else:
+            from .evaluate import markdown
+            print(markdown(rep))
+
+
 def cmd_workloads(args) -> None:
     from .workloads import describe, network_tasks
     if args.network:
@@ -187,6 +219,19 @@ def main(argv: list[str] | None = None) -> int:
     tu.set_defaults(fn=cmd_tune)
     from .lm.commands import add_parsers
     add_parsers(sub, op_args)
+    ev = sub.add_parser("eval", help="TLM at k measurements vs search baselines on held-out tasks")
+    ev.add_argument("--split", default="held-out")
+    ev.add_argument("--budgets", default="1,10,32,64", help="TLM measurement budgets")
+    ev.add_argument("--baseline", default="evolutionary:64,1000", help="STRATEGY:K1,K2 (prefixes of one run)")
+    ev.add_argument("--out", default="runs/eval", help="records DBs, wall.json, report.json/.md")
+    ev.add_argument("--model", default="default")
+    ev.add_argument("--phase", default="all", choices=("all", "search", "report"))
+    ev.add_argument("--which", default="all", choices=("all", "tlm", "baseline"), help="runs to search")
+    ev.add_argument("--tasks", type=int, help="only the first N representative tasks")
+    ev.add_argument("--networks", help="also tune these networks end to end with TLM (comma-separated)")
+    ev.add_argument("--network-budgets", default="1,10,32", help="TLM measurements per subgraph")
+    ev.add_argument("--json", action="store_true")
+    ev.set_defaults(fn=cmd_eval)
     wl = sub.add_parser("workloads", help="list networks and their subgraphs (tasks)")
     wl.add_argument("network", nargs="?", help="list this network's tasks")
     wl.set_defaults(fn=cmd_workloads)

@@ -27,6 +27,7 @@ import json
 import math
 import multiprocessing as mp
 import os
+import re
 import shutil
 import time
 from dataclasses import asdict, dataclass
@@ -61,11 +62,14 @@ class IterateConfig:
     seed: int = 0
 
 
+_PARAM_WORD = re.compile(r"\d|[a-z]\d+$")  # 1x64x56x56, 3, m128, s2, p0, g32 (not conv2d)
+
+
 def task_type(task) -> str:
-    """The op family of a task (its name up to the first shape digit)."""
+    """The op family of a task: its name up to the first shape or parameter word."""
     words = []
     for w in task.name.split("_"):
-        if any(ch.isdigit() for ch in w):
+        if _PARAM_WORD.match(w):
             break
         words.append(w)
     return "_".join(words) or task.name

@@ -1,0 +1,310 @@
+"""The paper's evaluation (§6.3–6.4): TLM at k measurements against search baselines.
+
+    tlmir eval --split held-out --budgets 1,10,32,64 --baseline evolutionary:64,1000
+
+Tasks: one representative per category of the split (op family, and kernel size for
+convolutions), the median-FLOP task of each. Frameworks: `tlm-<k>` is an independent
+TLM run of k measurements per task; `<strategy>-<k>` of a baseline is the best after
+the first k measurements of one run of the largest budget (search is sequential, so
+the first 64 of a 1000-measurement run are a 64-measurement run).
+
+Two phases. `search` tunes, one records DB per run under `out`, and keeps the wall
+clock each run has spent per task in `wall.json` after every round, so a killed
+evaluation resumes where it stopped. `report` re-times every framework's best program
+of every task in one process, one after the other (median of repeats, all cores), next
+to PyTorch: search-time measurements were taken under whatever else ran, the report's
+are comparable. Framework_k = Σ_tasks best latency; the speedup matrix holds
+Framework_col / Framework_row.
+
+`network_report` is the end-to-end view: a network's weighted latency (Σ weight ×
+subgraph latency) after tuning every subgraph, next to PyTorch eager running the same
+layers and to the untuned default schedules. `make demo` prints one.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from .errors import TlmirError
+from .runtime.records import RecordDB
+from .runtime.target import SearchParams, host_hardware
+from .runtime.task import Task
+
+_KERNEL = re.compile(r"\d+x\d+$")
+
+
+def category(task: Task) -> str:
+    """Op family, plus the kernel size for convolutions (1x1 and 3x3 convs differ in kind)."""
+    from .lm.iterate import task_type
+    kind = task_type(task)
+    if "conv" in kind:
+        rest = task.name[len(kind):].split("_")
+        kernel = next((w for w in rest[2:] if _KERNEL.match(w)), "")
+        return f"{kind}_{kernel}" if kernel else kind
+    return kind
+
+
+def representative_tasks(split: str = "held-out") -> list[Task]:
+    """The median-FLOP task of every category of the split, in category order."""
+    from .workloads import split_tasks
+    groups: dict[str, list[Task]] = {}
+    for t in split_tasks(split):
+        groups.setdefault(category(t), []).append(t)
+    out = []
+    for cat in sorted(groups):
+        ts = sorted(groups[cat], key=lambda t: (t.flops, t.key))
+        out.append(ts[(len(ts) - 1) // 2])
+    return out
+
+
+@dataclass(frozen=True)
+class Framework:
+    strategy: str
+    k: int
+    run_budget: int  # measurements of the run it is read from
+
+    @property
+    def label(self) -> str:
+        return f"{self.strategy}-{self.k}"
+
+    @property
+    def db_name(self) -> str:
+        """TLM budgets are independent runs; a baseline's budgets are prefixes of one run."""
+        return f"{self.strategy}-{self.k}.db" if self.strategy.startswith("tlm") else f"{self.strategy}.db"
+
+
+def frameworks(budgets: list[int], baseline: str) -> list[Framework]:
+    """TLM at each budget, and `strategy:k1,k2,...` as prefixes of one baseline run."""
+    out = [Framework("tlm", k, k) for k in sorted(budgets)]
+    if baseline:
+        strategy, _, ks = baseline.partition(":")
+        try:
+            bks = sorted(int(k) for k in ks.split(","))
+        except ValueError:
+            raise TlmirError(f"--baseline {baseline!r}: expected STRATEGY:K1,K2,...") from None
+        out += [Framework(strategy, k, bks[-1]) for k in bks]
+    if any(f.k < 1 for f in out):
+        raise TlmirError("measurement budgets must be >= 1")
+    return out
+
+
+def time_program(task: Task, trace_json: str, threads: int, repeat: int = 15) -> float:
+    """Median seconds of a recorded program, rebuilt from its trace and checked first."""
+    from .codegen_cpu import compile_func
+    from .runtime.measure import check_outputs
+    from .schedule.decider import Trace
+    from .schedule.lower import lower
+    from .schedule.space import SearchSpace
+    space = SearchSpace(task.outputs)
+    kernel = compile_func(lower(space.replay(Trace.from_json(trace_json)), task.args))
+    kernel.num_threads = threads
+    ins = task.random_inputs(0)
+    outs = [np.zeros(t.shape, t.dtype) for t in task.outputs]
+    kernel(*ins, *outs)
+    wrong = check_outputs(outs, task.reference_outputs(ins), 1e-3, 1e-3)
+    if wrong:
+        raise TlmirError(f"task {task.name}: the recorded program is wrong on re-run: {wrong}")
+    return kernel.benchmark(*ins, *outs, repeat=repeat).median
+
+
+def default_seconds(task: Task, threads: int, repeat: int = 5) -> float:
+    """Median seconds of the untuned default schedule (every stage at root, no annotations)."""
+    from .codegen_cpu import compile_func
+    from .schedule.lower import lower
+    from .schedule.schedule import create_schedule
+    kernel = compile_func(lower(create_schedule(task.outputs), task.args))
+    kernel.num_threads = threads
+    ins = task.random_inputs(0)
+    outs = [np.zeros(t.shape, t.dtype) for t in task.outputs]
+    return kernel.benchmark(*ins, *outs, warmup=1, repeat=repeat).median
+
+
+class Evaluation:
+    def __init__(self, out: str, tasks: list[Task], fws: list[Framework], model: str = "default",
+                 sp: SearchParams | None = None, log: Callable[[str], None] | None = print):
+        self.out, self.tasks, self.fws, self.model = out, tasks, fws, model
+        self.sp = sp or SearchParams()
+        self.hw = host_hardware()
+        self.log = log or (lambda m: None)
+        os.makedirs(out, exist_ok=True)
+        self.wall_path = os.path.join(out, "wall.json")
+        self.wall: dict = {}
+        if os.path.exists(self.wall_path):
+            try:
+                with open(self.wall_path) as fh:
+                    self.wall = json.load(fh)
+            except (OSError, ValueError) as e:
+                raise TlmirError(f"{self.wall_path} is unreadable: {e}") from None
+
+    def _save_wall(self) -> None:
+        from .lm.checkpoint import atomic_write_text
+        atomic_write_text(self.wall_path, json.dumps(self.wall, indent=1) + "\n")
+
+    # ------------------------------------------------------------------ search
+    def search(self, which: str = "all") -> None:
+        """Tune every framework's runs (`which`: all | tlm | baseline), smallest budgets first."""
+        from .search.measurer import Measurer
+        from .search.tune import TaskTuner
+        runs = sorted({(f.strategy, f.run_budget, f.db_name) for f in self.fws
+                       if which == "all" or (which == "tlm") == f.strategy.startswith("tlm")},
+                      key=lambda r: (r[1], r[0]))
+        meas = Measurer()
+        try:
+            for strategy, budget, db_name in runs:
+                prefixes = sorted(f.k for f in self.fws if f.db_name == db_name)
+                with RecordDB(os.path.join(self.out, db_name)) as db:
+                    for k in prefixes:  # every task reaches 64 before any goes on to 1000
+                        for task in self.tasks:
+                            self._tune(TaskTuner(task, strategy, db, meas, self.hw, self.sp, 0, self.model),
+                                       strategy, db_name, k)
+        finally:
+            meas.close()
+
+    def _tune(self, tuner, strategy: str, db_name: str, k: int) -> None:
+        run = self.wall.setdefault(db_name, {})
+        spent = run.get(tuner.task.key, [0, 0.0])
+        r = tuner.result
+        if r.measurements >= k:
+            return
+        while r.measurements < k:
+            before = r.measurements
+            t0 = time.perf_counter()
+            if tuner.step(min(self.sp.measures_per_round, k - before)) == 0:
+                break
+            spent = [r.measurements, spent[1] + time.perf_counter() - t0]
+            run[tuner.task.key] = spent
+            run.setdefault(f"{tuner.task.key}@{r.measurements}", spent[1])
+            self._save_wall()
+        self.log(f"[eval] {strategy}-{k} {tuner.task.name}: {r.measurements} measurements, "
+                 f"best {r.gflops:.1f} GFLOP/s, {spent[1]:.1f}s")
+
+    # ------------------------------------------------------------------ report
+    def _best(self, fw: Framework, task: Task):
+        path = os.path.join(self.out, fw.db_name)
+        if not os.path.exists(path):
+            return None, 0
+        with RecordDB(path) as db:
+            recs = db.records(task.key, self.hw.key)[: fw.k]
+        ok = [r for r in recs if r.ok]
+        return (min(ok, key=lambda r: r.best) if ok else None), len(recs)
+
+    def _wall_at(self, fw: Framework, task: Task) -> float | None:
+        run = self.wall.get(fw.db_name, {})
+        return run.get(f"{task.key}@{fw.k}")
+
+    def report(self, threads: int | None = None) -> dict:
+        """Re-time every framework's best program per task; Framework_k sums and speedups."""
+        from .ops.baselines import baseline_times
+        threads = threads or os.cpu_count() or 1
+        rows = []
+        for task in self.tasks:
+            row = {"task": task.name, "key": task.key, "category": category(task), "flops": task.flops,
+                   "seconds": {}, "wall_seconds": {}}
+            for fw in self.fws:
+                rec, n = self._best(fw, task)
+                if rec is None or n < fw.k:
+                    continue
+                row["seconds"][fw.label] = time_program(task, rec.trace, threads)
+                row["wall_seconds"][fw.label] = self._wall_at(fw, task)
+            if getattr(task, "op", None) is not None:
+                torch_s = baseline_times(task.op, task.random_inputs(0), threads).get("torch")
+                if torch_s:
+                    row["seconds"]["pytorch"] = torch_s
+            rows.append(row)
+            self.log(f"[report] {task.name}: " + ", ".join(
+                f"{k} {task.flops / v / 1e9:.1f}" for k, v in row["seconds"].items()) + " GFLOP/s")
+        labels = [f.label for f in self.fws] + ["pytorch"]
+        complete = [r for r in rows if all(lab in r["seconds"] for lab in labels[:-1])]
+        totals = {lab: sum(r["seconds"][lab] for r in complete) for lab in labels
+                  if all(lab in r["seconds"] for r in complete)}
+        walls = {f.label: sum(r["wall_seconds"][f.label] or 0.0 for r in complete) for f in self.fws}
+        speedup = {a: {b: totals[b] / totals[a] for b in totals} for a in totals}
+        rep = {"threads": threads, "hardware": self.hw.key, "tasks": rows, "complete_tasks": len(complete),
+               "framework_seconds": totals, "wall_seconds": walls, "speedup": speedup}
+        from .lm.checkpoint import atomic_write_text
+        atomic_write_text(os.path.join(self.out, "report.json"), json.dumps(rep, indent=1) + "\n")
+        atomic_write_text(os.path.join(self.out, "report.md"), markdown(rep))
+        return rep
+
+
+def markdown(rep: dict) -> str:
+    """The report as markdown tables: per task GFLOP/s, Framework_k, speedup matrix."""
+    totals, speed = rep["framework_seconds"], rep["speedup"]
+    labels = list(totals)
+    lines = [f"{rep['complete_tasks']} tasks with every framework, {rep['threads']} threads, "
+             f"{rep['hardware']}", "", "| task | " + " | ".join(labels) + " |",
+             "|---|" + "---:|" * len(labels)]
+    for r in rep["tasks"]:
+        cells = [f"{r['flops'] / r['seconds'][lab] / 1e9:.1f}" if lab in r["seconds"] else "-"
+                 for lab in labels]
+        lines.append(f"| {r['task']} | " + " | ".join(cells) + " |")
+    lines += ["", "GFLOP/s of the re-timed best program.", "",
+              "| framework | Σ latency (ms) | tuning wall clock (s) |", "|---|---:|---:|"]
+    for lab in labels:
+        wall = rep["wall_seconds"].get(lab)
+        lines.append(f"| {lab} | {totals[lab] * 1e3:.3f} | {wall:.0f} |" if wall is not None
+                     else f"| {lab} | {totals[lab] * 1e3:.3f} | - |")
+    lines += ["", "Speedup: Framework_col / Framework_row (> 1: the row is faster).", "",
+              "| | " + " | ".join(labels) + " |", "|---|" + "---:|" * len(labels)]
+    for a in labels:
+        lines.append(f"| {a} | " + " | ".join(f"{speed[a][b]:.2f}" for b in labels) + " |")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------- networks
+
+def network_report(network: str, strategy: str = "tlm", trials_per_task: int = 10, db: str | None = None,
+                   model: str = "default", threads: int | None = None, progress: bool = True,
+                   log: Callable[[str], None] | None = print) -> dict:
+    """Tune every subgraph of `network`, then time each subgraph's best program, PyTorch
+    eager and the untuned default schedule: per-subgraph and weighted total latency."""
+    from .ops.baselines import baseline_times
+    from .search.tune import tune_workload
+    from .workloads import network_tasks
+    log = log or (lambda m: None)
+    threads = threads or os.cpu_count() or 1
+    tasks = network_tasks(network)
+    t0 = time.perf_counter()
+    res = tune_workload(tasks, trials_per_task, strategy, db, progress=progress, model=model)
+    tuning = time.perf_counter() - t0
+    rows = []
+    for r, (task, w) in zip(res.results, tasks):
+        row = {"task": task.name, "weight": w, "measurements": r.measurements,
+               "tuned": time_program(task, r.best_trace.to_json(), threads) if r.best_trace else math.inf,
+               "default": default_seconds(task, threads)}
+        torch_s = baseline_times(task.op, task.random_inputs(0), threads).get("torch") if task.op else None
+        row["pytorch"] = torch_s
+        rows.append(row)
+    total = {k: sum(r["weight"] * r[k] for r in rows) for k in ("tuned", "default")}
+    total["pytorch"] = (sum(r["weight"] * r["pytorch"] for r in rows)
+                        if all(r["pytorch"] for r in rows) else None)
+    return {"network": network, "strategy": strategy, "trials_per_task": trials_per_task,
+            "measurements": res.measurements, "tuning_seconds": tuning, "threads": threads,
+            "subgraphs": rows, "total": total}
+
+
+def format_network(rep: dict) -> str:
+    lines = [f"{rep['network']}: {len(rep['subgraphs'])} subgraphs, {rep['strategy']} at "
+             f"{rep['trials_per_task']} measurements each ({rep['measurements']} in all, "
+             f"{rep['tuning_seconds']:.0f} s of tuning), {rep['threads']} threads",
+             f"{'subgraph':<52} {'x':>3} {'tuned ms':>10} {'pytorch ms':>11} {'untuned ms':>11}"]
+
+    def ms(x):
+        return f"{x * 1e3:.3f}" if x and math.isfinite(x) else "-"
+    for r in rep["subgraphs"]:
+        lines.append(f"{r['task'][:52]:<52} {r['weight']:>3g} {ms(r['tuned']):>10} "
+                     f"{ms(r['pytorch']):>11} {ms(r['default']):>11}")
+    t = rep["total"]
+    lines.append(f"{'total (weighted)':<52} {'':>3} {ms(t['tuned']):>10} {ms(t['pytorch']):>11} "
+                 f"{ms(t['default']):>11}")
+    if t["pytorch"]:
+        lines.append(f"tuned vs PyTorch: {t['pytorch'] / t['tuned']:.2f}x; "
+                     f"vs untuned: {t['default'] / t['tuned']:.1f}x")
+    return "\n".join(lines)
