@@ -1,4 +1,4 @@
-"""`tlmir show`."""
+"""The command line: `tlmir show`, `tlmir tune`."""
 import json
 
 from tlmir.cli import main
@@ -28,3 +28,17 @@ def test_show_reports_bad_input(capsys, tmp_path):
     assert "unreadable schedule history" in capsys.readouterr().err
     assert main(["show", "--op", "matmul", "--shape", "4,4,4", "--steps", str(tmp_path / "missing")]) == 2
     assert "cannot read schedule steps file" in capsys.readouterr().err
+
+
+def test_tune_with_the_shipped_tlm_prints_json(capsys):
+    assert main(["tune", "--op", "dense", "--shape", "16,32,64", "--param", "bias=true",
+                 "--strategy", "tlm", "--trials", "3", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["measurements"] == 3 and out["gflops"] > 0 and out["trace"]
+    assert out["torch_seconds"] > 0
+
+
+def test_tune_rejects_an_unknown_strategy(capsys):
+    assert main(["tune", "--op", "matmul", "--shape", "8,8,8", "--strategy", "annealing",
+                 "--trials", "1"]) == 2
+    assert "unknown strategy 'annealing'" in capsys.readouterr().err

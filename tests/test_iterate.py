@@ -130,3 +130,29 @@ def test_iterate_resumes_after_sigkill_without_repeating_measurements(tmp_path):
     model, tok, _ = load_model(str(out))  # the run directory is now a model
     assert tok.vocab_size == model.config.vocab_size
     assert (out / "curve.png").stat().st_size > 0
+
+
+def test_eval_reports_framework_sums_and_speedups(tmp_path):
+    from tlmir.evaluate import Evaluation, category, frameworks, markdown, representative_tasks
+    reps = representative_tasks("held-out")
+    cats = [category(t) for t in reps]
+    assert len(cats) == len(set(cats)) >= 15 and "conv2d_bias_relu_3x3" in cats
+    fws = frameworks([1, 3], "random:2,4")
+    assert [f.label for f in fws] == ["tlm-1", "tlm-3", "random-2", "random-4"]
+    tasks = [Task.from_op(ops.softmax(8, 64)), Task.from_op(ops.dense(16, 32, 64, bias=True))]
+    ev = Evaluation(str(tmp_path), tasks, fws, sp=SMALL, log=None)
+    ev.search()
+    rep = ev.report()
+    assert rep["complete_tasks"] == 2
+    totals = rep["framework_seconds"]
+    assert set(totals) == {"tlm-1", "tlm-3", "random-2", "random-4", "pytorch"}
+    for r in rep["tasks"]:  # a longer prefix of the same run is never worse (same programs re-timed)
+        assert r["wall_seconds"]["random-4"] >= r["wall_seconds"]["random-2"] > 0
+    assert rep["speedup"]["tlm-1"]["tlm-1"] == 1.0
+    assert rep["speedup"]["random-2"]["random-4"] == pytest.approx(totals["random-4"] / totals["random-2"])
+    assert "| tlm-3 |" in markdown(rep)
+    with RecordDB(str(tmp_path / "random.db")) as db:  # the baseline is one run of 4
+        assert db.count() == 8
+    Evaluation(str(tmp_path), tasks, fws, sp=SMALL, log=None).search()  # resumed: nothing more
+    with RecordDB(str(tmp_path / "random.db")) as db:
+        assert db.count() == 8
