@@ -1,4 +1,4 @@
-"""`tlmir generate` end to end on a small random model, and its errors."""
+"""`tlmir generate` / `train sft` end to end, and their errors."""
 import json
 import os
 
@@ -50,3 +50,21 @@ def test_shipped_base_model_loads_and_generates(capsys):
                  "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["generated"] == out["valid"] == out["verified"] == 2
+
+
+def test_train_sft_from_a_demonstrations_file(tmp_path, capsys):
+    import random
+
+    from tlmir.lm.language import trace_to_sentence
+    from tlmir.schedule.space import SearchSpace
+    from tlmir.workloads import split_tasks
+    task = next(t for t in split_tasks("held-out") if t.name.startswith("softmax"))
+    space, rng = SearchSpace(task.outputs), random.Random(0)
+    data = tmp_path / "demos.jsonl"
+    data.write_text("".join(json.dumps({"key": task.key, "task": task.name, "sentence": trace_to_sentence(
+        task, host_hardware(), space.sample(rng)[1])}) + "\n" for _ in range(4)))
+    assert main(["train", "sft", "--data", str(data), "--out", str(tmp_path / "m"), "--epochs", "2"]) == 0
+    assert '"completed": true' in capsys.readouterr().out
+    assert main(["generate", "--model", str(tmp_path / "m"), "--op", "softmax", "--shape",
+                 ",".join(map(str, task.outputs[0].shape)), "-n", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["verified"] == 2

@@ -85,7 +85,18 @@ def cmd_train_pretrain(args) -> None:
     os.makedirs(args.out, exist_ok=True)
     shutil.copyfile(tok_path, os.path.join(args.out, TOKENIZER_FILE))
     stats = pretrain(enc, venc, config, args.out, tok.pad_id, steps=args.steps, batch_size=args.batch_size,
-                     lr=args.lr, warmup=args.warmup, time_limit=args.time_limit, eval_every=args.eval_every)
+                     lr=args.lr, warmup=args.warmup, time_limit=args.time_limit, eval_every=args.eval_every,
+                     init_from=model_dir(args.init_from) if args.init_from else None)
+    print(json.dumps(stats, indent=1))
+
+
+def cmd_train_sft(args) -> None:
+    passive_openmp()
+    from .sample import read_sentences
+    from .sft import sft
+    demos = [r["sentence"] for r in read_sentences(args.data)]
+    stats = sft(model_dir(args.model), demos, args.out, epochs=args.epochs, batch_size=args.batch_size,
+                lr=args.lr, seed=args.seed)
     print(json.dumps(stats, indent=1))
 
 
@@ -186,7 +197,17 @@ def add_parsers(sub, op_args) -> None:
     pt.add_argument("--eval-every", type=int, default=200)
     pt.add_argument("--val-fraction", type=float, default=0.03)
     pt.add_argument("--time-limit", type=float)
+    pt.add_argument("--init-from", help="start a new run from this model's weights (e.g. base)")
     pt.set_defaults(fn=cmd_train_pretrain)
+    st = trs.add_parser("sft", help="fine-tune a copy of a model on demonstration sentences (answers only)")
+    st.add_argument("--data", required=True, help="demonstrations, .jsonl like `tlmir sample` writes")
+    st.add_argument("--model", default="base")
+    st.add_argument("--out", required=True)
+    st.add_argument("--epochs", type=float, default=8.0)
+    st.add_argument("--batch-size", type=int, default=16)
+    st.add_argument("--lr", type=float, default=5e-4)
+    st.add_argument("--seed", type=int, default=0)
+    st.set_defaults(fn=cmd_train_sft)
     it = sub.add_parser("iterate", help="iterative optimization: generate, measure, fine-tune (paper §5.3)")
     it.add_argument("--split", default="train")
     it.add_argument("--rounds", type=int, default=8)

@@ -167,8 +167,9 @@ class Iteration:
                 return self._sft_dir(r), r
         return self.base, -1
 
-    def demonstrations(self) -> list[str]:
-        """The best program per task, plus each sketch's best within `demo_sketch_slack`."""
+    def demonstrations(self) -> list[dict]:
+        """The best program per task, plus each sketch's best within `demo_sketch_slack`
+        ({key, task, sentence, seconds}, the format `tlmir train sft --data` reads)."""
         out = []
         for key, task in self.tasks.items():
             best: dict[int, tuple[float, str]] = {}
@@ -181,18 +182,22 @@ class Iteration:
             top = min(s for s, _ in best.values())
             for s, trace in sorted(best.values()):
                 if s <= top * self.cfg.demo_sketch_slack:
-                    out.append(trace_to_sentence(task, self.hw, Trace.from_json(trace)))
+                    out.append({"key": key, "task": task.name, "seconds": s,
+                                "sentence": trace_to_sentence(task, self.hw, Trace.from_json(trace))})
         return out
 
     def _start_sft(self, rnd: int) -> None:
         demos = self.demonstrations()
         if not demos:
             return
+        atomic_write_text(os.path.join(self.out, "demonstrations.jsonl"),
+                          "".join(json.dumps(d) + "\n" for d in demos))
+        sentences = [d["sentence"] for d in demos]
         if os.path.isdir(self._sft_dir(rnd)):
             shutil.rmtree(self._sft_dir(rnd))  # unfinished, from a killed run: start it over
         ctx = mp.get_context("spawn")
         proc = ctx.Process(target=_sft_process, daemon=True,
-                           args=(self.base, demos, self._sft_dir(rnd), asdict(self.cfg),
+                           args=(self.base, sentences, self._sft_dir(rnd), asdict(self.cfg),
                                  os.path.join(self.out, "sft.log")))
         proc.start()
         self._sft = (proc, rnd)
