@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from tlmir import ops
+from tlmir.errors import TlmirError
 from tlmir.lm.commands import BASE_MODEL, load_model
 from tlmir.lm.iterate import IterateConfig, Iteration, task_batches
 from tlmir.lm.language import trace_to_sentence
@@ -127,6 +128,9 @@ def test_iterate_resumes_after_sigkill_without_repeating_measurements(tmp_path):
     assert sorted(map(tuple, prog["done"])) == sorted((r, t.key) for r in (0, 1) for t in tasks)
     lat = [p["normalized_latency"] for p in res["curve"]]
     assert lat[0] == 1.0 and all(b <= a + 1e-12 for a, b in zip(lat, lat[1:]))
+    assert sorted(k for b in prog["batches"] for k in b) == sorted(t.key for t in tasks)
+    with pytest.raises(TlmirError, match="other tasks"):  # batches never silently re-dealt
+        Iteration(str(out), "base", tasks[:1] + [Task.from_op(ops.matmul(16, 16, 16))], log=None)
     model, tok, _ = load_model(str(out))  # the run directory is now a model
     assert tok.vocab_size == model.config.vocab_size
     assert (out / "curve.png").stat().st_size > 0

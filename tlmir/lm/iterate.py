@@ -119,14 +119,14 @@ class Iteration:
         if not tasks:
             raise TlmirError("iterate needs at least one task")
         self.tasks = {t.key: t for t in tasks}
-        self.batches = task_batches(list(self.tasks.values()), min(self.cfg.batches, len(self.tasks)))
         self.hw, self.sp = hw or host_hardware(), sp or SearchParams()
         self.log = log or (lambda m: None)
         os.makedirs(out, exist_ok=True)
-        self.db = RecordDB(os.path.join(out, "records.db"))
-        self.progress = self._load_progress()
-        self._sft: tuple | None = None  # (process, round) of the fine-tuning in flight
         self._t0 = time.monotonic()
+        self.progress = self._load_progress()
+        self.batches = self._batches()
+        self.db = RecordDB(os.path.join(out, "records.db"))
+        self._sft: tuple | None = None  # (process, round) of the fine-tuning in flight
 
     # ------------------------------------------------------------------ state
     def _load_progress(self) -> dict:
@@ -143,6 +143,24 @@ class Iteration:
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise TlmirError(f"{path} is unreadable ({e}); remove it to start the run over") from None
         return prog
+
+    def _batches(self) -> list[list]:
+        """The run's batches: dealt once and kept in progress.json, so a resumed run (or a
+        newer version of the dealing rule) never moves a task to another batch."""
+        k = min(self.cfg.batches, len(self.tasks))
+        saved = self.progress.get("batches")
+        if saved is None and self.progress["done"]:  # a run from before batches were saved
+            last = max(r for r, _ in self.progress["done"])
+            saved = [[key for r, key in self.progress["done"]
+                      if r == max((x for x in range(last + 1) if x % k == b), default=-1)]
+                     for b in range(k)]
+        if saved is None:
+            saved = [[t.key for t in b] for b in task_batches(list(self.tasks.values()), k)]
+        if len(saved) != k or set(self.tasks) - {key for b in saved for key in b}:
+            raise TlmirError(f"{self.out} holds a run over other tasks or batches; use a new --out")
+        self.progress["batches"] = saved
+        self._save_progress()
+        return [[self.tasks[key] for key in b if key in self.tasks] for b in saved]
 
     def _save_progress(self) -> None:
         self.progress["wall_seconds"] = self._wall()
