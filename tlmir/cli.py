@@ -124,16 +124,25 @@ def cmd_eval(args) -> None:
         ev.search(args.which)
     if args.networks and args.phase in ("all", "search"):
         import os
-        reports = []
+        runs = [("tlm", int(k)) for k in args.network_budgets.split(",")]
+        if args.network_baseline:
+            strategy, _, ks = args.network_baseline.partition(":")
+            runs += [(strategy, int(k)) for k in ks.split(",")]
+        path = os.path.join(args.out, "networks.json")
+        reports = json.load(open(path)) if os.path.exists(path) else []
         for net in args.networks.split(","):
-            for k in (int(b) for b in args.network_budgets.split(",")):
-                rep = network_report(net, "tlm", k, os.path.join(args.out, f"net-{net}-tlm-{k}.db"),
+            for strategy, k in runs:
+                if any(r["network"] == net and r["strategy"] == strategy and r["trials_per_task"] == k
+                       for r in reports):
+                    continue  # finished in an earlier call
+                rep = network_report(net, strategy, k, os.path.join(args.out, f"net-{net}-{strategy}-{k}.db"),
                                      args.model, progress=not args.json)
                 reports.append(rep)
+                with open(path + ".tmp", "w") as fh:
+                    json.dump(reports, fh, indent=1)
+                os.replace(path + ".tmp", path)
                 if not args.json:
                     print(format_network(rep))
-        with open(os.path.join(args.out, "networks.json"), "w") as fh:
-            json.dump(reports, fh, indent=1)
     if args.phase in ("all", "report"):
         rep = ev.report()
         if args.json:
@@ -230,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--tasks", type=int, help="only the first N representative tasks")
     ev.add_argument("--networks", help="also tune these networks end to end with TLM (comma-separated)")
     ev.add_argument("--network-budgets", default="1,10,32", help="TLM measurements per subgraph")
+    ev.add_argument("--network-baseline", help="STRATEGY:K,... also tune the networks with this")
     ev.add_argument("--json", action="store_true")
     ev.set_defaults(fn=cmd_eval)
     wl = sub.add_parser("workloads", help="list networks and their subgraphs (tasks)")

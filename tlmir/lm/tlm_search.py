@@ -45,7 +45,7 @@ class TLMSearch(RandomSearch):
             raise TlmirError("the tlm strategy needs the task (its prompt is the model's input)")
         net, tok = cached_model(model)
         self.task, self.batch_size = task, batch_size
-        self.gen = Generator(net, tok, space.hw, sampling or Sampling(), seed)
+        self.gen = Generator(net, tok, space.hw, sampling or Sampling(space.sp.tlm_temperature), seed)
         self.greedy = Generator(net, tok, space.hw, Sampling(temperature=0.0), seed) if greedy_first else None
 
     def _generate(self, n: int, exclude: set) -> list[Candidate]:

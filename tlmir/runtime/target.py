@@ -40,6 +40,7 @@ class SearchParams:
     evolution_iters: int = 4
     cutoff_factor: float = 5.0         # candidates this much slower than the best are timed once
     scheduler_optimism: float = 0.2    # task scheduler: weight of the untried-potential term
+    tlm_temperature: float = 1.0       # sampling temperature of the tlm strategies (first program: greedy)
 
 
 def _cache_kb(level: int, default: int) -> int:
