@@ -20,15 +20,14 @@ import random
 import time
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # numpy is a single-thread baseline
-import numpy as np  # noqa: E402
 
 from tlmir import ops  # noqa: E402
 from tlmir.codegen_cpu import compile_func  # noqa: E402
+from tlmir.evaluate import time_program  # noqa: E402
 from tlmir.ops.baselines import baseline_times  # noqa: E402
 from tlmir.runtime.records import RecordDB  # noqa: E402
 from tlmir.runtime.target import host_hardware  # noqa: E402
 from tlmir.runtime.task import Task  # noqa: E402
-from tlmir.schedule.decider import Trace  # noqa: E402
 from tlmir.schedule.lower import lower  # noqa: E402
 from tlmir.schedule.space import SearchSpace  # noqa: E402
 from tlmir.search.tune import tune  # noqa: E402
@@ -58,18 +57,6 @@ def best_after(db: RecordDB, task: Task, hw_key: str, k: int):
     recs = db.records(task.key, hw_key)[:k]
     ok = [r for r in recs if r.ok]
     return (min(ok, key=lambda r: r.best), len(recs)) if ok else (None, len(recs))
-
-
-def time_program(task: Task, trace_json: str, threads: int) -> float:
-    space = SearchSpace(task.outputs)
-    kernel = compile_func(lower(space.replay(Trace.from_json(trace_json)), task.args))
-    kernel.num_threads = threads
-    ins = task.random_inputs(0)
-    outs = [np.zeros(t.shape, t.dtype) for t in task.outputs]
-    kernel(*ins, *outs)
-    for got, want in zip(outs, task.reference_outputs(ins)):
-        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
-    return kernel.benchmark(*ins, *outs, repeat=15).median
 
 
 def space_throughput(op, seconds: float = 3.0) -> dict:
