@@ -160,3 +160,17 @@ def test_eval_reports_framework_sums_and_speedups(tmp_path):
     Evaluation(str(tmp_path), tasks, fws, sp=SMALL, log=None).search()  # resumed: nothing more
     with RecordDB(str(tmp_path / "random.db")) as db:
         assert db.count() == 8
+
+
+def test_network_report_and_retime(tmp_path):
+    from tlmir.evaluate import format_network, network_report, retime_network
+    db = str(tmp_path / "net.db")
+    rep = network_report("bert-tiny", "tlm", 1, db=db, progress=False)
+    assert rep["measurements"] == len(rep["subgraphs"]) == 8
+    t = rep["total"]
+    assert 0 < t["tuned"] < float("inf") and t["default"] > 0 and t["pytorch"] > 0
+    again = retime_network(rep)  # the same programs, rebuilt from the DB and timed again
+    assert [r["task"] for r in again["subgraphs"]] == [r["task"] for r in rep["subgraphs"]]
+    assert [r["measurements"] for r in again["subgraphs"]] == [1] * 8
+    assert 0 < again["total"]["tuned"] < float("inf")
+    assert "total (weighted)" in format_network(again)

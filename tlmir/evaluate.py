@@ -261,33 +261,50 @@ def markdown(rep: dict) -> str:
 # ---------------------------------------------------------------------- networks
 
 def network_report(network: str, strategy: str = "tlm", trials_per_task: int = 10, db: str | None = None,
-                   model: str = "default", threads: int | None = None, progress: bool = True,
-                   log: Callable[[str], None] | None = print) -> dict:
+                   model: str = "default", threads: int | None = None, progress: bool = True) -> dict:
     """Tune every subgraph of `network`, then time each subgraph's best program, PyTorch
     eager and the untuned default schedule: per-subgraph and weighted total latency."""
-    from .ops.baselines import baseline_times
     from .search.tune import tune_workload
     from .workloads import network_tasks
-    log = log or (lambda m: None)
-    threads = threads or os.cpu_count() or 1
     tasks = network_tasks(network)
     t0 = time.perf_counter()
     res = tune_workload(tasks, trials_per_task, strategy, db, progress=progress, model=model)
-    tuning = time.perf_counter() - t0
+    rep = {"network": network, "strategy": strategy, "trials_per_task": trials_per_task, "db": db,
+           "measurements": res.measurements, "tuning_seconds": time.perf_counter() - t0}
+    return _time_network(rep, tasks, [r.best_trace.to_json() if r.best_trace else None for r in res.results],
+                         [r.measurements for r in res.results], threads)
+
+
+def retime_network(rep: dict, threads: int | None = None) -> dict:
+    """`rep` with every subgraph timed again from its records DB (the best program the run
+    recorded), PyTorch and the untuned schedule with it: numbers comparable across runs."""
+    from .workloads import network_tasks
+    tasks = network_tasks(rep["network"])
+    hw = host_hardware()
+    if not rep.get("db") or not os.path.exists(rep["db"]):
+        raise TlmirError(f"network run {rep['network']} {rep['strategy']}-{rep['trials_per_task']}: "
+                         f"records DB {rep.get('db')!r} is missing")
+    with RecordDB(rep["db"]) as db:
+        best = [db.best(t.key, hw.key) for t, _ in tasks]
+        counts = [db.count(t.key, hw.key) for t, _ in tasks]
+    return _time_network(dict(rep), tasks, [b[0].trace if b else None for b in best], counts, threads)
+
+
+def _time_network(rep: dict, tasks: list, traces: list, counts: list, threads: int | None) -> dict:
+    from .ops.baselines import baseline_times
+    threads = threads or os.cpu_count() or 1
     rows = []
-    for r, (task, w) in zip(res.results, tasks):
-        row = {"task": task.name, "weight": w, "measurements": r.measurements,
-               "tuned": time_program(task, r.best_trace.to_json(), threads) if r.best_trace else math.inf,
+    for (task, w), trace, n in zip(tasks, traces, counts):
+        row = {"task": task.name, "weight": w, "measurements": n,
+               "tuned": time_program(task, trace, threads) if trace else math.inf,
                "default": default_seconds(task, threads)}
-        torch_s = baseline_times(task.op, task.random_inputs(0), threads).get("torch") if task.op else None
-        row["pytorch"] = torch_s
+        row["pytorch"] = baseline_times(task.op, task.random_inputs(0), threads).get("torch") if task.op else None
         rows.append(row)
     total = {k: sum(r["weight"] * r[k] for r in rows) for k in ("tuned", "default")}
     total["pytorch"] = (sum(r["weight"] * r["pytorch"] for r in rows)
                         if all(r["pytorch"] for r in rows) else None)
-    return {"network": network, "strategy": strategy, "trials_per_task": trials_per_task,
-            "measurements": res.measurements, "tuning_seconds": tuning, "threads": threads,
-            "subgraphs": rows, "total": total}
+    rep.update({"threads": threads, "subgraphs": rows, "total": total})
+    return rep
 
 
 def format_network(rep: dict) -> str:
