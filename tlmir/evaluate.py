@@ -9,7 +9,7 @@ the first k measurements of one run of the largest budget (search is sequential,
 the first 64 of a 1000-measurement run are a 64-measurement run).
 
 Two phases. `search` tunes, one records DB per run under `out`, and keeps the wall
-clock each run has spent per task in `wall.json` after every round, so a killed
+clock each run has spent per task in `<db>.wall.json` after every round, so a killed
 evaluation resumes where it stopped. `report` re-times every framework's best program
 of every task in one process, one after the other (median of repeats, all cores), next
 to PyTorch: search-time measurements were taken under whatever else ran, the report's
@@ -134,18 +134,34 @@ class Evaluation:
         self.hw = host_hardware()
         self.log = log or (lambda m: None)
         os.makedirs(out, exist_ok=True)
-        self.wall_path = os.path.join(out, "wall.json")
-        self.wall: dict = {}
-        if os.path.exists(self.wall_path):
-            try:
-                with open(self.wall_path) as fh:
-                    self.wall = json.load(fh)
-            except (OSError, ValueError) as e:
-                raise TlmirError(f"{self.wall_path} is unreadable: {e}") from None
+        self.wall: dict = {}  # db name -> task key -> {measurements: seconds spent}
+        legacy = os.path.join(out, "wall.json")  # one file for every run (before per-run files)
+        if os.path.exists(legacy):
+            for db_name, run in self._read(legacy).items():
+                for key, sec in run.items():
+                    if "@" in key:
+                        task_key, m = key.rsplit("@", 1)
+                        self.wall.setdefault(db_name, {}).setdefault(task_key, {})[m] = sec
+        for f in fws:
+            path = self._wall_path(f.db_name)
+            if os.path.exists(path):
+                self.wall[f.db_name] = self._read(path)
 
-    def _save_wall(self) -> None:
+    def _wall_path(self, db_name: str) -> str:
+        """One file per run: evaluations searching different runs at once never collide."""
+        return os.path.join(self.out, db_name + ".wall.json")
+
+    @staticmethod
+    def _read(path: str) -> dict:
+        try:
+            with open(path) as fh:
+                return json.load(fh)
+        except (OSError, ValueError) as e:
+            raise TlmirError(f"{path} is unreadable: {e}") from None
+
+    def _save_wall(self, db_name: str) -> None:
         from .lm.checkpoint import atomic_write_text
-        atomic_write_text(self.wall_path, json.dumps(self.wall, indent=1) + "\n")
+        atomic_write_text(self._wall_path(db_name), json.dumps(self.wall[db_name], indent=1) + "\n")
 
     # ------------------------------------------------------------------ search
     def search(self, which: str = "all") -> None:
@@ -168,22 +184,21 @@ class Evaluation:
             meas.close()
 
     def _tune(self, tuner, strategy: str, db_name: str, k: int) -> None:
-        run = self.wall.setdefault(db_name, {})
-        spent = run.get(tuner.task.key, [0, 0.0])
+        spent = self.wall.setdefault(db_name, {}).setdefault(tuner.task.key, {})
         r = tuner.result
         if r.measurements >= k:
             return
+        seconds = max(spent.values(), default=0.0)
         while r.measurements < k:
             before = r.measurements
             t0 = time.perf_counter()
             if tuner.step(min(self.sp.measures_per_round, k - before)) == 0:
                 break
-            spent = [r.measurements, spent[1] + time.perf_counter() - t0]
-            run[tuner.task.key] = spent
-            run.setdefault(f"{tuner.task.key}@{r.measurements}", spent[1])
-            self._save_wall()
+            seconds += time.perf_counter() - t0
+            spent[str(r.measurements)] = seconds
+            self._save_wall(db_name)
         self.log(f"[eval] {strategy}-{k} {tuner.task.name}: {r.measurements} measurements, "
-                 f"best {r.gflops:.1f} GFLOP/s, {spent[1]:.1f}s")
+                 f"best {r.gflops:.1f} GFLOP/s, {seconds:.1f}s")
 
     # ------------------------------------------------------------------ report
     def _best(self, fw: Framework, task: Task):
@@ -196,8 +211,24 @@ class Evaluation:
         return (min(ok, key=lambda r: r.best) if ok else None), len(recs)
 
     def _wall_at(self, fw: Framework, task: Task) -> float | None:
-        run = self.wall.get(fw.db_name, {})
-        return run.get(f"{task.key}@{fw.k}")
+        """Seconds the run had spent on `task` when it reached k measurements (or its last
+        count below k, for a space with fewer programs); else estimated from the records'
+        timestamps (the time since the run's previous task finished)."""
+        spent = self.wall.get(fw.db_name, {}).get(task.key, {})
+        upto = [int(m) for m in spent if int(m) <= fw.k]
+        if upto:
+            return spent[str(max(upto))]
+        path = os.path.join(self.out, fw.db_name)
+        if not os.path.exists(path):
+            return None
+        with RecordDB(path) as db:
+            recs = db.records(hw_key=self.hw.key)
+        mine = [i for i, r in enumerate(recs) if r.task_key == task.key][: fw.k]
+        if not mine:
+            return None
+        first, last = recs[mine[0]].timestamp, recs[mine[-1]].timestamp
+        prev = recs[mine[0] - 1].timestamp if mine[0] > 0 else first
+        return last - (prev if first - prev < 600 else first)  # a longer gap is a pause between calls
 
     def report(self, threads: int | None = None) -> dict:
         """Re-time every framework's best program per task; Framework_k sums and speedups."""
