@@ -38,6 +38,7 @@ from .runtime.target import SearchParams, host_hardware
 from .runtime.task import Task
 
 _KERNEL = re.compile(r"\d+x\d+$")
+EXHAUSTED = "exhausted"  # wall-file entry: the run measured every program of the task's space
 
 
 def category(task: Task) -> str:
@@ -188,11 +189,13 @@ class Evaluation:
         r = tuner.result
         if r.measurements >= k:
             return
-        seconds = max(spent.values(), default=0.0)
+        seconds = max((v for m, v in spent.items() if m != EXHAUSTED), default=0.0)
         while r.measurements < k:
             before = r.measurements
             t0 = time.perf_counter()
             if tuner.step(min(self.sp.measures_per_round, k - before)) == 0:
+                spent[EXHAUSTED] = r.measurements  # the space has no more programs: complete
+                self._save_wall(db_name)
                 break
             seconds += time.perf_counter() - t0
             spent[str(r.measurements)] = seconds
@@ -208,6 +211,8 @@ class Evaluation:
         with RecordDB(path) as db:
             recs = db.records(task.key, self.hw.key)[: fw.k]
         ok = [r for r in recs if r.ok]
+        if len(recs) < fw.k and self.wall.get(fw.db_name, {}).get(task.key, {}).get(EXHAUSTED) == len(recs):
+            return (min(ok, key=lambda r: r.best) if ok else None), fw.k  # every program measured
         return (min(ok, key=lambda r: r.best) if ok else None), len(recs)
 
     def _wall_at(self, fw: Framework, task: Task) -> float | None:
@@ -215,7 +220,7 @@ class Evaluation:
         count below k, for a space with fewer programs); else estimated from the records'
         timestamps (the time since the run's previous task finished)."""
         spent = self.wall.get(fw.db_name, {}).get(task.key, {})
-        upto = [int(m) for m in spent if int(m) <= fw.k]
+        upto = [int(m) for m in spent if m != EXHAUSTED and int(m) <= fw.k]
         if upto:
             return spent[str(max(upto))]
         path = os.path.join(self.out, fw.db_name)
