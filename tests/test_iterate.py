@@ -174,3 +174,17 @@ def test_network_report_and_retime(tmp_path):
     assert [r["measurements"] for r in again["subgraphs"]] == [1] * 8
     assert 0 < again["total"]["tuned"] < float("inf")
     assert "total (weighted)" in format_network(again)
+
+
+def test_tlm_tunes_a_user_defined_te_operator():
+    from tlmir import te
+    A = te.placeholder((48, 40), name="Act")
+    k = te.reduce_axis(40, name="r")
+    S = te.compute((48,), lambda i: te.sum(A[i, k] * A[i, k], axis=k), name="sumsq")
+    task = Task("sum_of_squares", [A, S], reference=lambda a: [(a.astype("float64") ** 2).sum(1).astype("float32")])
+    res = tune(task, trials=4, strategy="tlm", progress=False)
+    assert res.measurements == 4 and res.failures == 0 and res.best_trace is not None
+    a = task.random_inputs(1)[0]
+    out = np.zeros(48, "float32")
+    res.build()(a, out)
+    np.testing.assert_allclose(out, (a.astype("float64") ** 2).sum(1), rtol=1e-4)
