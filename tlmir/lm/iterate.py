@@ -34,13 +34,15 @@ from dataclasses import asdict, dataclass
 from typing import Callable
 
 from ..errors import TlmirError
-from ..runtime.records import Record, RecordDB
+from ..runtime.records import RecordDB
 from ..runtime.target import HardwareParams, SearchParams, host_hardware
 from ..schedule.decider import Trace
 from ..schedule.lower import lower
 from ..schedule.schedule import create_schedule
 from ..schedule.space import SearchSpace
 from ..search.measurer import Measurer
+from ..search.strategy import make_candidate
+from ..search.tune import measure_candidate
 from .checkpoint import atomic_write_text, read_config
 from .language import trace_to_sentence
 
@@ -93,7 +95,8 @@ def sft_finished(directory: str) -> bool:
 
 def _sft_process(base: str, sentences: list, out_dir: str, cfg: dict, log_path: str) -> None:
     """Entry point of the fine-tuning process (lowest CPU priority, one thread)."""
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    from .commands import passive_openmp
+    passive_openmp()
     try:
         os.nice(19)
     except OSError:
@@ -257,17 +260,11 @@ class Iteration:
                 if key is None or key in seen:
                     continue  # the model wrote a program measured before: not measured twice
                 seen.add(key)
-                try:
-                    res = measurer.measure(task, lower(g.schedule, task.args),
-                                           cutoff=best * self.sp.cutoff_factor if math.isfinite(best) else None)
-                    ok, err, kind = res.ok, res.error, (None if res.ok else res.kind)
-                    times, secs = (list(res.times), res.min) if res.ok else ([], None)
-                except TlmirError as e:
-                    ok, err, kind, times, secs = False, f"{type(e).__name__}: {e}", "lower", [], None
-                self.db.append(Record(task.key, task.name, self.hw.key, key, times, secs, err, kind,
-                                      STRATEGY, rnd))
-                if ok:
-                    best = min(best, secs)
+                rec = measure_candidate(measurer, task, make_candidate(space, task.args, (g.schedule, g.trace)),
+                                        best, self.hw, self.sp, STRATEGY, rnd)
+                self.db.append(rec)
+                if rec.best is not None:
+                    best = min(best, rec.best)
                 n += 1
         self.progress["done"].append([rnd, task.key])
         self._save_progress()

@@ -80,6 +80,19 @@ class Progress:
             sys.stderr.write("\n")
 
 
+def measure_candidate(measurer: Measurer, task: Task, cand: Candidate, best: float, hw: HardwareParams,
+                      sp: SearchParams, strategy: str, round: int) -> Record:
+    """The record of one candidate: measured (timed once if `cutoff_factor` x slower than
+    `best`), or failed with the lowering / measuring error."""
+    if cand.func is None:
+        err, kind, times, seconds = cand.error, "lower", [], None
+    else:
+        res = measurer.measure(task, cand.func, cutoff=best * sp.cutoff_factor if math.isfinite(best) else None)
+        err, kind = res.error, (None if res.ok else res.kind)
+        times, seconds = (list(res.times), res.min) if res.ok else ([], None)
+    return Record(task.key, task.name, hw.key, cand.trace.to_json(), times, seconds, err, kind, strategy, round)
+
+
 class TaskTuner:
     """Tuning state of one task; `step(n)` measures one round of up to n candidates."""
 
@@ -123,17 +136,10 @@ class TaskTuner:
         t0 = time.perf_counter()
         measured = []
         for cand in self.search.propose(n):
-            if cand.func is None:
-                res_err, res_kind, times, seconds = cand.error, "lower", [], None
-            else:
-                best = self.result.best_seconds
-                res = self.measurer.measure(self.task, cand.func,
-                                            cutoff=best * self.sp.cutoff_factor if math.isfinite(best) else None)
-                res_err, res_kind = res.error, (None if res.ok else res.kind)
-                times, seconds = (list(res.times), res.min) if res.ok else ([], None)
-            self.db.append(Record(self.task.key, self.task.name, self.hw.key, cand.trace.to_json(),
-                                  times, seconds, res_err, res_kind, self.strategy,
-                                  len(self.result.curve)))
+            rec = measure_candidate(self.measurer, self.task, cand, self.result.best_seconds, self.hw, self.sp,
+                                    self.strategy, len(self.result.curve))
+            self.db.append(rec)
+            seconds = rec.best
             self._account(cand.trace, seconds)
             measured.append((cand, seconds))
             if progress:
