@@ -8,7 +8,6 @@ shows the loop nest, compiles it through LLVM, checks it against numpy and times
 from __future__ import annotations
 
 import argparse
-import os
 import time
 
 import numpy as np
@@ -95,7 +94,8 @@ def main(argv: list[str] | None = None) -> None:
     if a.matmul:
         matmul_demo()
         return
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    from tlmir.lm.commands import passive_openmp
+    passive_openmp()
     network_demo(a.network, a.trials_per_task, a.model)
 
 
