@@ -113,7 +113,7 @@ def cmd_tune(args) -> None:
 def cmd_eval(args) -> None:
     import json
 
-    from .evaluate import Evaluation, format_network, frameworks, network_report, representative_tasks
+    from .evaluate import Evaluation, format_network, frameworks, representative_tasks, search_networks
     from .lm.commands import passive_openmp
     passive_openmp()
     tasks = representative_tasks(args.split)[: args.tasks]
@@ -122,26 +122,13 @@ def cmd_eval(args) -> None:
     if args.phase in ("all", "search"):
         ev.search(args.which)
     if args.networks and args.phase in ("all", "search"):
-        import os
         runs = [("tlm", int(k)) for k in args.network_budgets.split(",")]
         if args.network_baseline:
             strategy, _, ks = args.network_baseline.partition(":")
             runs += [(strategy, int(k)) for k in ks.split(",")]
-        path = os.path.join(args.out, "networks.json")
-        reports = json.load(open(path)) if os.path.exists(path) else []
-        for net in args.networks.split(","):
-            for strategy, k in runs:
-                if any(r["network"] == net and r["strategy"] == strategy and r["trials_per_task"] == k
-                       for r in reports):
-                    continue  # finished in an earlier call
-                rep = network_report(net, strategy, k, os.path.join(args.out, f"net-{net}-{strategy}-{k}.db"),
-                                     args.model, progress=not args.json)
-                reports.append(rep)
-                with open(path + ".tmp", "w") as fh:
-                    json.dump(reports, fh, indent=1)
-                os.replace(path + ".tmp", path)
-                if not args.json:
-                    print(format_network(rep))
+        for rep in search_networks(args.out, args.networks.split(","), runs, args.model, progress=not args.json):
+            if not args.json:
+                print(format_network(rep))
     if args.phase in ("all", "report"):
         _report_networks(args)
         rep = ev.report()
@@ -153,25 +140,10 @@ def cmd_eval(args) -> None:
 
 
 def _report_networks(args) -> None:
-    """Re-time every network run of networks.json from its records DB, one after another."""
-    import json
-    import os
-
-    from .evaluate import format_network, retime_network
-    path = os.path.join(args.out, "networks.json")
-    if not os.path.exists(path):
-        return
-    with open(path) as fh:
-        reports = json.load(fh)
-    for r in reports:
-        r.setdefault("db", os.path.join(args.out, f"net-{r['network']}-{r['strategy']}-{r['trials_per_task']}.db"))
-    reports = [retime_network(r) for r in reports]
-    with open(path + ".tmp", "w") as fh:
-        json.dump(reports, fh, indent=1)
-    os.replace(path + ".tmp", path)
-    if not args.json:
-        for r in reports:
-            print(format_network(r))
+    from .evaluate import format_network, report_networks
+    for rep in report_networks(args.out):
+        if not args.json:
+            print(format_network(rep))
 
 
 def cmd_workloads(args) -> None:

@@ -343,6 +343,55 @@ def _time_network(rep: dict, tasks: list, traces: list, counts: list, threads: i
     return rep
 
 
+NETWORKS_FILE = "networks.json"
+
+
+def network_db(out: str, network: str, strategy: str, k: int) -> str:
+    return os.path.join(out, f"net-{network}-{strategy}-{k}.db")
+
+
+def _network_reports(out: str) -> list[dict]:
+    path = os.path.join(out, NETWORKS_FILE)
+    if not os.path.exists(path):
+        return []
+    try:
+        with open(path) as fh:
+            reports = json.load(fh)
+    except (OSError, ValueError) as e:
+        raise TlmirError(f"{path} is unreadable: {e}") from None
+    for r in reports:  # files written before the report named its DB
+        r.setdefault("db", network_db(out, r["network"], r["strategy"], r["trials_per_task"]))
+    return reports
+
+
+def _save_network_reports(out: str, reports: list[dict]) -> None:
+    from .lm.checkpoint import atomic_write_text
+    atomic_write_text(os.path.join(out, NETWORKS_FILE), json.dumps(reports, indent=1) + "\n")
+
+
+def search_networks(out: str, networks: list[str], runs: list[tuple[str, int]], model: str = "default",
+                    progress: bool = True):
+    """Tune every network with every (strategy, measurements per subgraph) run not finished
+    before; yields each new report as it is saved to networks.json."""
+    reports = _network_reports(out)
+    for net in networks:
+        for strategy, k in runs:
+            if any(r["network"] == net and r["strategy"] == strategy and r["trials_per_task"] == k
+                   for r in reports):
+                continue  # finished in an earlier call
+            rep = network_report(net, strategy, k, network_db(out, net, strategy, k), model, progress=progress)
+            reports.append(rep)
+            _save_network_reports(out, reports)
+            yield rep
+
+
+def report_networks(out: str) -> list[dict]:
+    """Re-time every network run of networks.json from its records DB, one after another."""
+    reports = [retime_network(r) for r in _network_reports(out)]
+    _save_network_reports(out, reports)
+    return reports
+
+
 def format_network(rep: dict) -> str:
     lines = [f"{rep['network']}: {len(rep['subgraphs'])} subgraphs, {rep['strategy']} at "
              f"{rep['trials_per_task']} measurements each ({rep['measurements']} in all, "
