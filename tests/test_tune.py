@@ -104,6 +104,15 @@ def test_workload_tuning_spends_the_budget():
     assert res.weighted_seconds == pytest.approx(2 * res.results[0].best_seconds + res.results[1].best_seconds)
 
 
+def test_an_exhausted_task_hands_its_budget_to_the_others():
+    A = te.placeholder((2,), name="A")
+    B = te.compute((2,), lambda i: A[i] * 2.0, name="B")
+    tiny = Task("tiny", [A, B])  # 20 programs in all; heavily weighted so the scheduler wants it
+    tasks = [(tiny, 100.0), (Task.from_op(ops.matmul(32, 32, 32)), 1.0)]
+    res = tune_workload(tasks, trials_per_task=30, strategy="random", sp=SMALL, progress=False)
+    assert [r.measurements for r in res.results] == [20, 40]
+
+
 def test_bad_strategy_and_target():
     task = Task.from_op(ops.matmul(8, 8, 8))
     with pytest.raises(tlmir.TlmirError, match="unknown strategy"):

@@ -195,13 +195,16 @@ class WorkloadResult:
         return sum(r.measurements for r in self.results)
 
 
-def _pick_task(tuners: list, weights: list, rounds: list, sp: SearchParams) -> int:
+def _pick_task(tuners: list, weights: list, rounds: list, sp: SearchParams,
+               exhausted: set[int] = frozenset()) -> int:
     """The task whose weighted latency is expected to drop fastest per measurement: the
     drop over its last round (backward gradient) plus an optimistic share of its current
     latency that shrinks with the measurements already spent on it (Ansor's scheduler,
-    simplified)."""
-    best_score, best_i = -1.0, 0
+    simplified). Tasks whose space is exhausted are never picked."""
+    best_score, best_i = -1.0, -1
     for i, (t, w) in enumerate(zip(tuners, weights)):
+        if i in exhausted:
+            continue
         r = t.result
         if not math.isfinite(r.best_seconds):
             return i  # no working program yet: nothing is more urgent
@@ -235,15 +238,16 @@ def tune_workload(tasks: list, trials_per_task: int, strategy: str = "evolutiona
         rounds = [0] * len(tasks)
         bar = Progress(budget, f"{len(tasks)} tasks", progress)
         spent = sum(t.result.measurements for t in tuners)
-        order = list(range(len(tasks)))
-        while spent < budget:
-            fresh = [i for i in order if rounds[i] == 0 and tuners[i].result.measurements < trials_per_task]
-            i = fresh[0] if fresh else _pick_task(tuners, weights, rounds, sp)
+        exhausted: set[int] = set()
+        while spent < budget and len(exhausted) < len(tasks):
+            fresh = [i for i in range(len(tasks))
+                     if rounds[i] == 0 and tuners[i].result.measurements < trials_per_task]
+            i = fresh[0] if fresh else _pick_task(tuners, weights, rounds, sp, exhausted)
             n = tuners[i].step(min(per_round, budget - spent), bar, spent)
             rounds[i] += 1
             spent += n
-            if n == 0 and not fresh:
-                break  # the chosen task's space is exhausted
+            if n == 0:
+                exhausted.add(i)  # its space is measured out; the budget goes to the others
         bar.close()
         return WorkloadResult([t.result for t in tuners], weights)
     finally:
