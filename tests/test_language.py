@@ -5,7 +5,8 @@ import pytest
 
 from tlmir import ops
 from tlmir.errors import LanguageError, TlmirError
-from tlmir.lm.language import (MAX_TOKENS, VERSION, answer_words, decision_words, hw_prompt,
+from tlmir.lm.language import (MAX_TOKENS, VERSION, VERSIONS, answer_words, convert_sentence, decision_words,
+                               hw_prompt,
                                length_summary, parse_sentence, prefix_words, sentence_lengths,
                                sentence_to_trace, task_prompt, trace_to_sentence)
 from tlmir.lm.tokenizer import OptionRecorder, Tokenizer, build_tokenizer
@@ -78,28 +79,37 @@ def test_index_expressions_are_one_word():
 
 
 def test_decision_words():
-    assert decision_words("tile C.i", (4, 8, 2, 16)) == ("tile C.i 1024 =".split(), "4 8 2 16".split())
+    # v2: the extent left after each factor; v1: the factors
+    assert decision_words("tile C.i", (4, 8, 2, 16)) == ("tile C.i 1024 =".split(), "256 32 16 1".split())
+    assert decision_words("tile C.i", (4, 8, 2, 16), version="v1")[1] == "4 8 2 16".split()
     assert decision_words("tile C.i", (4, 8), extent=32)[0] == "tile C.i 32 =".split()
     assert decision_words("at pad", "conv.k.outer") == (["at", "pad", "="], ["conv.k.outer"])
     assert decision_words("unroll C", 512) == (["unroll", "C", "="], ["512"])
-    assert answer_words([(1, 4), (2, 2), "root", 16]) == [["1", "4"], ["2", "2"], ["root"], ["16"]]
+    assert answer_words([(1, 4), (2, 2), "root", 16]) == [["4", "1"], ["2", "1"], ["root"], ["16"]]
+    assert answer_words([(1, 4), (2, 2)], "v1") == [["1", "4"], ["2", "2"]]
+    with pytest.raises(LanguageError, match="unknown tensor-language version 'v9'"):
+        answer_words([(1, 4)], "v9")
     with pytest.raises(LanguageError, match="multiplies to 8, not the extent 32"):
         decision_words("tile C.i", (4, 2), extent=32)
     with pytest.raises(LanguageError, match="not of a kind"):
         decision_words("bind C.i", "threadIdx.x")
 
 
+@pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize("name", list(CASES))
-def test_op_sentences_round_trip(name):
+def test_op_sentences_round_trip(name, version):
     task, space = op_task(name)
     rng = random.Random(hash(name) % 1000)
     for trace in random_traces(space, rng, per_sketch=3):
-        sentence = trace_to_sentence(task, HW, trace)
+        sentence = trace_to_sentence(task, HW, trace, version)
         back = sentence_to_trace(sentence)
         assert back == trace, sentence
         assert all(type(a) is type(b) for (_, a), (_, b) in zip(back.decisions, trace.decisions))
-        version, prompt, again = parse_sentence(sentence.split())
-        assert version == VERSION and prompt == task_prompt(task) + hw_prompt(HW) and again == trace
+        got, prompt, again = parse_sentence(sentence.split())
+        assert got == version and prompt == task_prompt(task) + hw_prompt(HW) and again == trace
+        other = VERSIONS[1 - VERSIONS.index(version)]
+        assert convert_sentence(convert_sentence(sentence, other), version) == sentence
+        assert sentence_to_trace(convert_sentence(sentence, other)) == trace
         assert len(sentence.split()) <= MAX_TOKENS
     space.replay(back)  # the parsed trace still builds a schedule
 
@@ -125,14 +135,29 @@ def test_trace_json_and_sentence_agree():
 
 # ------------------------------------------------------------------------ errors
 
-def _sentence():
+def _sentence(version=VERSION):
     task, space = op_task("matmul")
     _, trace = space.apply(2, RandomDecider(1))
-    return trace_to_sentence(task, HW, trace)
+    return trace_to_sentence(task, HW, trace, version)
+
+
+def test_tile_chains_of_v2():
+    sentence = _sentence()
+    assert " tile C.i 24 = 24 8 1 1 " in sentence  # the factors (1, 3, 8, 1) as the extent left
+    assert " tile C.i 24 = 1 3 8 1 " in _sentence("v1")
+    assert sentence_to_trace(sentence).decisions[0] == ("tile C.i", (1, 3, 8, 1))
+    with pytest.raises(LanguageError, match="5 does not divide the 8 left before it"):
+        sentence_to_trace(sentence.replace(" tile C.i 24 = 24 8 1 1 ", " tile C.i 24 = 24 8 5 1 "))
+    with pytest.raises(LanguageError, match="leaves 2, not 1, after its last factor"):
+        sentence_to_trace(sentence.replace(" tile C.i 24 = 24 8 1 1 ", " tile C.i 24 = 24 8 2 2 "))
+    with pytest.raises(LanguageError, match="factors 1 3 8 2 multiply to 48, not its extent 24"):
+        sentence_to_trace(_sentence("v1").replace(" tile C.i 24 = 1 3 8 1 ", " tile C.i 24 = 1 3 8 2 "))
+    with pytest.raises(LanguageError, match="sentence is version v1, expected v2"):
+        parse_sentence(_sentence("v1"), version="v2")
 
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda s: s.replace(f"<s> {VERSION} ", "<s> v0 ", 1), "sentence is version v0, this tlmir speaks v1"),
+    (lambda s: s.replace(f"<s> {VERSION} ", "<s> v0 ", 1), "sentence is version v0, this tlmir speaks v1, v2"),
     (lambda s: s.replace(f"<s> {VERSION} ", "<s> ", 1), "no version word"),
     (lambda s: s[len("<s> "):], "does not start with <s>"),
     (lambda s: s[:-len(" </s>")], "does not end with </s>"),
@@ -140,8 +165,8 @@ def _sentence():
     (lambda s: s.replace(" unroll C = ", " unroll C "), "has no '='"),
     (lambda s: s.replace(" sketch 2 ", " "), "no 'sketch'"),
     (lambda s: s.replace(" sketch 2 ", " sketch x "), "sketch id"),
-    (lambda s: s.replace(" tile C.i 24 = ", " tile C.i 25 = "), "multiply to 24, not its extent 25"),
-    (lambda s: s.replace(" tile C.i 24 = ", " tile C.i 24 = foo "), "positive int factors"),
+    (lambda s: s.replace(" tile C.i 24 = ", " tile C.i 25 = "), "24 does not divide the 25 left"),
+    (lambda s: s.replace(" tile C.i 24 = ", " tile C.i 24 = foo "), "needs positive ints"),
     (lambda s: s.replace(" parallel C = ", " frobnicate C = "), "expected a question"),
     (lambda s: s.rsplit(" ", 2)[0] + " </s>", "no answer after '='"),
     (lambda s: "", "empty sentence"),
@@ -238,3 +263,15 @@ def test_tokenizer_load_errors(tmp_path):
     bad.write_text('{"not": "a tokenizer"}')
     with pytest.raises(LanguageError, match="corrupt"):
         Tokenizer.load(str(bad))
+
+
+def test_a_tokenizer_speaks_one_version(op_tasks):
+    v1 = build_tokenizer(op_tasks[:1], HW, version="v1")
+    assert v1.version == "v1" and v1.covers(_sentence("v1").split()) == []
+    assert "v2" not in v1.covers(["v2"]) or v1.id("v2") == v1.unk_id
+    assert build_tokenizer(op_tasks[:1], HW, sentences=[_sentence("v1")]).version == "v1"
+    assert build_tokenizer(op_tasks[:1], HW).version == VERSION == "v2"
+    with pytest.raises(LanguageError, match="versions v1, v2 cannot share one tokenizer"):
+        build_tokenizer(op_tasks[:1], HW, sentences=[_sentence("v1"), _sentence("v2")])
+    with pytest.raises(LanguageError, match="holds 2 version words"):
+        Tokenizer.from_words(["<s>", "v1", "v2", "task"])

@@ -55,15 +55,23 @@ def test_shipped_base_model_loads_and_generates(capsys):
 def test_train_sft_from_a_demonstrations_file(tmp_path, capsys):
     import random
 
-    from tlmir.lm.language import trace_to_sentence
+    from tlmir.lm.commands import load_model
+    from tlmir.lm.language import VERSIONS, trace_to_sentence
     from tlmir.schedule.space import SearchSpace
     from tlmir.workloads import split_tasks
     task = next(t for t in split_tasks("held-out") if t.name.startswith("softmax"))
     space, rng = SearchSpace(task.outputs), random.Random(0)
-    data = tmp_path / "demos.jsonl"
-    data.write_text("".join(json.dumps({"key": task.key, "task": task.name, "sentence": trace_to_sentence(
-        task, host_hardware(), space.sample(rng)[1])}) + "\n" for _ in range(4)))
-    assert main(["train", "sft", "--data", str(data), "--out", str(tmp_path / "m"), "--epochs", "2"]) == 0
+    base_version = load_model("base")[1].version
+
+    def demos(version):
+        data = tmp_path / f"demos-{version}.jsonl"
+        data.write_text("".join(json.dumps({"key": task.key, "task": task.name, "sentence": trace_to_sentence(
+            task, host_hardware(), space.sample(rng)[1], version)}) + "\n" for _ in range(4)))
+        return str(data)
+    other = next(v for v in VERSIONS if v != base_version)
+    assert main(["train", "sft", "--data", demos(other), "--out", str(tmp_path / "x"), "--epochs", "1"]) == 2
+    assert f"a {other} sentence cannot be encoded by a {base_version} tokenizer" in capsys.readouterr().err
+    assert main(["train", "sft", "--data", demos(base_version), "--out", str(tmp_path / "m"), "--epochs", "2"]) == 0
     assert '"completed": true' in capsys.readouterr().out
     assert main(["generate", "--model", str(tmp_path / "m"), "--op", "softmax", "--shape",
                  ",".join(map(str, task.outputs[0].shape)), "-n", "2", "--json"]) == 0

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..errors import TlmirError
 from ..runtime.target import host_hardware
+from .language import VERSION, VERSIONS
 
 MODELS = os.path.join(os.path.dirname(__file__), "models")
 BASE_MODEL = os.path.join(MODELS, "base")    # pre-trained only
@@ -45,7 +46,8 @@ def load_model(name: str):
 def cmd_sample(args) -> None:
     from .sample import sample_split
     n = sample_split(args.split, args.per_task, args.out, workers=args.workers, seed=args.seed,
-                     limit=args.limit, log=(lambda m: None) if args.quiet else print)
+                     limit=args.limit, log=(lambda m: None) if args.quiet else print,
+                     version=args.language)
     print(f"sampled {n} new tasks into {args.out}")
 
 
@@ -176,6 +178,7 @@ def add_parsers(sub, op_args) -> None:
     sa.add_argument("--seed", type=int, default=0)
     sa.add_argument("--limit", type=int, help="only the first N tasks")
     sa.add_argument("--quiet", action="store_true")
+    sa.add_argument("--language", choices=VERSIONS, default=VERSION, help="tensor-language version")
     sa.set_defaults(fn=cmd_sample)
     tk = sub.add_parser("tokenizer", help="build the word-level tokenizer")
     tks = tk.add_subparsers(dest="what", required=True)

@@ -58,8 +58,8 @@ class LMDecider(Decider):
 
     def _decide(self, question: str, options: list):
         tok = self.batcher.tok
-        qwords, _ = decision_words(question, options[0], self._extent)
-        req = _Request(tok.encode(qwords), [tok.encode(w) for w in answer_words(options)])
+        qwords, _ = decision_words(question, options[0], self._extent, tok.version)
+        req = _Request(tok.encode(qwords), [tok.encode(w) for w in answer_words(options, tok.version)])
         self.batcher.submit(self.row, req)
         return options[req.choice]
 
@@ -133,7 +133,7 @@ class Generator:
         self.seed = seed
 
     def _prefix_cache(self, task, batch: int):
-        ids = self.tok.encode(prefix_words(task, self.hw))
+        ids = self.tok.encode(prefix_words(task, self.hw, self.tok.version))
         cache = self.model.new_cache(1)
         logits = self.model.step(torch.tensor([ids]), torch.tensor([len(ids)]), cache)
         return cache.expand(batch), logits[0, -1]
@@ -178,7 +178,7 @@ class Generator:
             t.join()
         for g in results:
             if g.trace is not None:
-                g.sentence = trace_to_sentence(task, self.hw, g.trace)
+                g.sentence = trace_to_sentence(task, self.hw, g.trace, self.tok.version)
         return results
 
     def _step(self, feed: list, rows: list[int], cache) -> torch.Tensor:
@@ -226,7 +226,7 @@ class Generator:
     def unconstrained(self, task, n: int, batch_size: int = 64, max_tokens: int = 1024) -> list[Generated]:
         """Sample the raw model (no mask) and parse what comes out."""
         out: list[Generated] = []
-        prefix = prefix_words(task, self.hw)
+        prefix = prefix_words(task, self.hw, self.tok.version)
         while len(out) < n:
             b = min(batch_size, n - len(out))
             cache, first = self._prefix_cache(task, b)

@@ -114,8 +114,10 @@ class Iteration:
     def __init__(self, out: str, base: str, tasks: list, config: IterateConfig | None = None,
                  hw: HardwareParams | None = None, sp: SearchParams | None = None,
                  log: Callable[[str], None] | None = print):
-        from .commands import model_dir
+        from .commands import TOKENIZER_FILE, model_dir
+        from .tokenizer import Tokenizer
         self.out, self.base = out, model_dir(base)
+        self.version = Tokenizer.load(os.path.join(self.base, TOKENIZER_FILE)).version  # demos' language
         self.cfg = config or IterateConfig()
         if self.cfg.rounds < 1 or self.cfg.per_task < 1 or self.cfg.batches < 1:
             raise TlmirError("iterate needs rounds, per_task and batches >= 1")
@@ -204,7 +206,8 @@ class Iteration:
             for s, trace in sorted(best.values()):
                 if s <= top * self.cfg.demo_sketch_slack:
                     out.append({"key": key, "task": task.name, "seconds": s,
-                                "sentence": trace_to_sentence(task, self.hw, Trace.from_json(trace))})
+                                "sentence": trace_to_sentence(task, self.hw, Trace.from_json(trace),
+                                                                      self.version)})
         return out
 
     def _start_sft(self, rnd: int) -> None:

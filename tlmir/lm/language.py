@@ -1,6 +1,6 @@
-"""The tensor language (v1): a schedule trace written as one sentence of words.
+"""The tensor language: a schedule trace written as one sentence of words.
 
-    <s> v1 task <task prompt> hw <hardware prompt> sketch <id> <decisions> </s>
+    <s> v2 task <task prompt> hw <hardware prompt> sketch <id> <decisions> </s>
 
 Task prompt (the ComputeDAG of the task's outputs, producers first):
     input A 1024 1024                                  a placeholder and its shape
@@ -10,16 +10,22 @@ Task prompt (the ComputeDAG of the task's outputs, producers first):
         printed as one word (spaces removed: `p*2+rr`, `k//4*4+rc`).
 Hardware prompt: `hw cpu avx512 cores 2 vec 16 l1 48K l2 2048K`.
 Decisions, in trace order:
-    tile C.i 1024 = 4 8 2 16      a tile question: name, extent (context: the product of
-                                  the answer), `=`, the factors outermost first
+    tile C.i 1024 = 256 32 16 1   a tile question: name, extent, `=`, then (v2) the extent
+                                  left after each factor, outermost first: the factors
+                                  are 1024/256 = 4, 256/32 = 8, 32/16 = 2, 16/1 = 16
     at pad = conv.k.outer         any other question: its words, `=`, one answer word
     parallel C = 3   vec C = 1   unroll C = 512
+
+Versions: v1 wrote a tile answer as its factors (`tile C.i 1024 = 4 8 2 16`), so a model
+had to multiply four numbers to write one well-formed answer; in v2 every word only has to
+divide the word before it (the chain ends at 1), which a small model learns far more
+reliably (docs/architecture.md). Both are read and written; new sentences and tokenizers
+are v2, and a model speaks the version of its tokenizer. A sentence of any other version
+is refused, never silently mixed in.
 
 Every word is one token of a word-level vocabulary (tlmir.lm.tokenizer). Answers parse
 back to the types the space offers — tuples of ints for tiles, ints for numeric
 choices, strings otherwise — so `sentence_to_trace(trace_to_sentence(task, hw, t)) == t`.
-A format change bumps VERSION: sentences of another version are refused, never
-silently mixed in.
 """
 from __future__ import annotations
 
@@ -36,10 +42,11 @@ from ..ir.tensor import ComputeOp
 from ..runtime.target import HardwareParams
 from ..schedule.decider import Trace
 
-VERSION = "v1"
+VERSIONS = ("v1", "v2")
+VERSION = "v2"  # what new sentences and tokenizers are written in
 BOS, EOS = "<s>", "</s>"
 QUESTION_KEYWORDS = ("tile", "at", "parallel", "vec", "unroll")
-STRUCTURAL_WORDS = (BOS, EOS, VERSION, "task", "hw", "sketch", "stage", "input", "read",
+STRUCTURAL_WORDS = (BOS, EOS, *VERSIONS, "task", "hw", "sketch", "stage", "input", "read",
                     "sp", "rd", "elem", "reduce", "=")
 RESERVED_WORDS = STRUCTURAL_WORDS + QUESTION_KEYWORDS
 MAX_TOKENS = 1024
@@ -98,9 +105,16 @@ def hw_prompt(hw: HardwareParams) -> list[str]:
             "vec", str(hw.vector_lanes), "l1", f"{hw.l1_kb}K", "l2", f"{hw.l2_kb}K"]
 
 
-def prefix_words(task, hw: HardwareParams) -> list[str]:
+def _version(version: str) -> str:
+    if version not in VERSIONS:
+        raise LanguageError(f"unknown tensor-language version {version!r}; this tlmir speaks "
+                            f"{', '.join(VERSIONS)}")
+    return version
+
+
+def prefix_words(task, hw: HardwareParams, version: str = VERSION) -> list[str]:
     """Everything a sentence says before the decisions, ending with `sketch`."""
-    return [BOS, VERSION] + task_prompt(task) + hw_prompt(hw) + ["sketch"]
+    return [BOS, _version(version)] + task_prompt(task) + hw_prompt(hw) + ["sketch"]
 
 
 # ------------------------------------------------------------------------ decisions
@@ -108,7 +122,7 @@ def prefix_words(task, hw: HardwareParams) -> list[str]:
 def _question_words(question: str) -> list[str]:
     words = question.split()
     if not words or words[0] not in QUESTION_KEYWORDS:
-        raise LanguageError(f"question {question!r} is not of a kind the language v1 can "
+        raise LanguageError(f"question {question!r} is not of a kind the language can "
                             f"write (kinds: {', '.join(QUESTION_KEYWORDS)})")
     if len(words) != 2 or words[1] in _FORBIDDEN_NAMES or "=" in words[1]:
         raise LanguageError(f"question {question!r} must be '<kind> <name>' with a name "
@@ -127,11 +141,26 @@ def _answer_word(answer: Any, question: str) -> str:
     return word
 
 
-def decision_words(question: str, answer: Any, extent: int | None = None) -> tuple[list[str], list[str]]:
+def tile_words(factors: Sequence[int], version: str = VERSION) -> list[str]:
+    """A tile answer's words: the factors (v1), or the extent left after each (v2)."""
+    if version == "v1":
+        return [str(f) for f in factors]
+    left = 1
+    for f in factors:
+        left *= f
+    out = []
+    for f in factors:
+        left //= f
+        out.append(str(left))
+    return out
+
+
+def decision_words(question: str, answer: Any, extent: int | None = None,
+                   version: str = VERSION) -> tuple[list[str], list[str]]:
     """(question words ending with '=', answer words) of one decision.
 
     A tile question's words carry the extent (the product of the answer when `extent`
-    is None); its answer words are the factors. Any other answer is one word."""
+    is None); its answer words are `tile_words`. Any other answer is one word."""
     qwords = _question_words(question)
     if qwords[0] == "tile":
         if not isinstance(answer, (tuple, list)) or not answer or not all(
@@ -145,16 +174,17 @@ def decision_words(question: str, answer: Any, extent: int | None = None) -> tup
         elif extent != prod:
             raise LanguageError(f"answer {tuple(answer)} to {question!r} multiplies to {prod}, "
                                 f"not the extent {extent}")
-        return qwords + [str(extent), "="], [str(f) for f in answer]
+        return qwords + [str(extent), "="], tile_words(answer, _version(version))
     return qwords + ["="], [_answer_word(answer, question)]
 
 
-def answer_words(options: Sequence) -> list[list[str]]:
+def answer_words(options: Sequence, version: str = VERSION) -> list[list[str]]:
     """Each option of a question as its answer words (for constrained decoding)."""
+    _version(version)
     out = []
     for o in options:
         if isinstance(o, (tuple, list)):
-            out.append([str(f) for f in o])
+            out.append(tile_words(o, version))
         else:
             out.append([_answer_word(o, "a question")])
     return out
@@ -162,20 +192,20 @@ def answer_words(options: Sequence) -> list[list[str]]:
 
 # ------------------------------------------------------------------------ sentences
 
-def trace_words(trace: Trace) -> list[str]:
+def trace_words(trace: Trace, version: str = VERSION) -> list[str]:
     """`<id> <decisions>` (the words between `sketch` and `</s>`)."""
     if isinstance(trace.sketch, bool) or not isinstance(trace.sketch, int) or trace.sketch < 0:
         raise LanguageError(f"sketch id {trace.sketch!r} must be a non-negative int")
     words = [str(trace.sketch)]
     for question, answer in trace.decisions:
-        q, a = decision_words(question, answer)
+        q, a = decision_words(question, answer, version=version)
         words += q + a
     return words
 
 
-def trace_to_sentence(task, hw: HardwareParams, trace: Trace) -> str:
-    """The sentence of a trace of `task` on `hw`."""
-    return " ".join(prefix_words(task, hw) + trace_words(trace) + [EOS])
+def trace_to_sentence(task, hw: HardwareParams, trace: Trace, version: str = VERSION) -> str:
+    """The sentence of a trace of `task` on `hw`, in language `version`."""
+    return " ".join(prefix_words(task, hw, version) + trace_words(trace, version) + [EOS])
 
 
 def _words(sentence) -> list[str]:
@@ -191,8 +221,9 @@ def _show(words: Sequence[str], n: int = 12) -> str:
     return text + (" ..." if len(words) > n else "")
 
 
-def parse_sentence(sentence, check_version: bool = True) -> tuple[str, list[str], Trace]:
-    """(version, prompt words (from `task` up to `sketch`, exclusive), Trace)."""
+def parse_sentence(sentence, version: str | None = None) -> tuple[str, list[str], Trace]:
+    """(version, prompt words (from `task` up to `sketch`, exclusive), Trace). The
+    sentence may be of any version this tlmir speaks, or only of `version` if given."""
     words = _words(sentence)
     if not words:
         raise LanguageError("empty sentence")
@@ -202,10 +233,12 @@ def parse_sentence(sentence, check_version: bool = True) -> tuple[str, list[str]
         raise LanguageError(f"sentence does not end with {EOS} (truncated?): ...{' '.join(words[-8:])!r}")
     if len(words) < 3 or not re.match(r"v\d+\Z", words[1]):
         raise LanguageError(f"sentence has no version word after {BOS} (this tlmir speaks "
-                            f"{VERSION}): {_show(words)!r}")
-    version = words[1]
-    if check_version and version != VERSION:
-        raise LanguageError(f"sentence is version {version}, this tlmir speaks {VERSION}")
+                            f"{', '.join(VERSIONS)}): {_show(words)!r}")
+    found = words[1]
+    if found not in VERSIONS:
+        raise LanguageError(f"sentence is version {found}, this tlmir speaks {', '.join(VERSIONS)}")
+    if version is not None and found != version:
+        raise LanguageError(f"sentence is version {found}, expected {version}")
     if words[2] != "task":
         raise LanguageError(f"expected 'task' after the version, got {words[2]!r}")
     try:
@@ -218,10 +251,37 @@ def parse_sentence(sentence, check_version: bool = True) -> tuple[str, list[str]
     body = words[s + 1:-1]
     if not body or not _is_int(body[0]) or int(body[0]) < 0:
         raise LanguageError(f"expected a sketch id after 'sketch', got {body[0] if body else EOS!r}")
-    return version, prompt, Trace(int(body[0]), _parse_decisions(body[1:], s + 2))
+    return found, prompt, Trace(int(body[0]), _parse_decisions(body[1:], s + 2, found))
 
 
-def _parse_decisions(w: list[str], offset: int) -> list:
+def _parse_tile(question: str, extent: int, answer: list[str], version: str, where: str) -> tuple:
+    """The factors of a tile answer's words, or a LanguageError saying what is wrong."""
+    nums = [int(x) for x in answer]
+    if not nums or any(f < 1 for f in nums):
+        raise LanguageError(f"{where}: tile {question!r} needs positive ints after '=', "
+                            f"got {_show(answer + ['...'], 6)!r}")
+    if version == "v1":
+        prod = 1
+        for f in nums:
+            prod *= f
+        if prod != extent:
+            raise LanguageError(f"{where}: tile {question!r} factors {' '.join(answer)} multiply "
+                                f"to {prod}, not its extent {extent}")
+        return tuple(nums)
+    factors, left = [], extent
+    for r in nums:
+        if left % r:
+            raise LanguageError(f"{where}: tile {question!r} {extent} = {' '.join(answer)}: "
+                                f"{r} does not divide the {left} left before it")
+        factors.append(left // r)
+        left = r
+    if left != 1:
+        raise LanguageError(f"{where}: tile {question!r} {extent} = {' '.join(answer)} leaves "
+                            f"{left}, not 1, after its last factor")
+    return tuple(factors)
+
+
+def _parse_decisions(w: list[str], offset: int, version: str) -> list:
     decisions, p, n = [], 0, len(w)
     while p < n:
         kw = w[p]
@@ -246,17 +306,7 @@ def _parse_decisions(w: list[str], offset: int) -> list:
             e = a
             while e < n and _is_int(w[e]):
                 e += 1
-            factors = tuple(int(x) for x in w[a:e])
-            if not factors or any(f < 1 for f in factors):
-                raise LanguageError(f"{where}: tile {question!r} needs positive int factors after "
-                                    f"'=', got {_show(w[a:e + 1], 6)!r}")
-            prod = 1
-            for f in factors:
-                prod *= f
-            if prod != int(head[2]):
-                raise LanguageError(f"{where}: tile {question!r} factors {' '.join(w[a:e])} multiply "
-                                    f"to {prod}, not its extent {head[2]}")
-            decisions.append((question, factors))
+            decisions.append((question, _parse_tile(question, int(head[2]), w[a:e], version, where)))
             p = e
         else:
             if a >= n:
@@ -275,10 +325,16 @@ def sentence_to_trace(sentence) -> Trace:
     return parse_sentence(sentence)[2]
 
 
+def convert_sentence(sentence, version: str = VERSION) -> str:
+    """The same sentence (prompt and trace) written in language `version`."""
+    _, prompt, trace = parse_sentence(sentence)
+    return " ".join([BOS, _version(version)] + prompt + ["sketch"] + trace_words(trace, version) + [EOS])
+
+
 # ------------------------------------------------------------------------ statistics
 
 def sentence_lengths(tasks: Iterable, hw: HardwareParams, n_per_task: int = 4, seed: int = 0,
-                     every_sketch: bool = False) -> list[int]:
+                     every_sketch: bool = False, version: str = VERSION) -> list[int]:
     """Words (= tokens) of random sentences of each task: `n_per_task` random traces,
     plus one per sketch with `every_sketch` (catches the longest sketch)."""
     from ..schedule.decider import RandomDecider
@@ -287,11 +343,11 @@ def sentence_lengths(tasks: Iterable, hw: HardwareParams, n_per_task: int = 4, s
     out = []
     for task in tasks:
         space = SearchSpace(task.outputs, hw)
-        prefix = len(prefix_words(task, hw))
+        prefix = len(prefix_words(task, hw, version))
         traces = [space.sample(rng)[1] for _ in range(n_per_task)]
         if every_sketch:
             traces += [space.apply(k, RandomDecider(rng))[1] for k in range(len(space.sketches))]
-        out += [prefix + len(trace_words(t)) + 1 for t in traces]
+        out += [prefix + len(trace_words(t, version)) + 1 for t in traces]
     return out
 
 

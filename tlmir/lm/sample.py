@@ -18,7 +18,7 @@ from ..runtime.target import HardwareParams, host_hardware
 
 def _task_sentences(args: tuple) -> tuple[str, str, list[str]]:
     """Worker: `per_task` distinct sentences of task `index` of `split`."""
-    split, index, per_task, seed, hw = args
+    split, index, per_task, seed, hw, version = args
     from ..schedule.space import SearchSpace
     from ..workloads import split_tasks
     from .language import trace_to_sentence
@@ -30,7 +30,7 @@ def _task_sentences(args: tuple) -> tuple[str, str, list[str]]:
         if len(seen) >= per_task:
             break
         _, trace = space.sample(rng)
-        seen.setdefault(trace_to_sentence(task, hw, trace), None)
+        seen.setdefault(trace_to_sentence(task, hw, trace, version), None)
     return task.key, task.name, list(seen)
 
 
@@ -48,15 +48,33 @@ def done_tasks(path: str) -> set[str]:
     return keys
 
 
+def _check_version(path: str, version: str) -> None:
+    """A resumed file must hold sentences of the version being sampled: never mix them."""
+    if not os.path.exists(path):
+        return
+    with open(path) as fh:
+        first = fh.readline()
+    try:
+        found = json.loads(first)["sentence"].split()[1]
+    except (ValueError, KeyError, TypeError, IndexError):
+        return  # empty or torn: nothing to mix with
+    if found != version:
+        raise TlmirError(f"{path} holds {found} sentences; sampling {version} sentences into it "
+                         f"would mix language versions (use another --out)")
+
+
 def sample_split(split: str, per_task: int, out_path: str, workers: int = 0, seed: int = 0,
                  hw: HardwareParams | None = None, limit: int | None = None,
-                 log: Callable[[str], None] = print) -> int:
-    """Append sentences for every not-yet-sampled task of `split`; returns tasks written."""
+                 log: Callable[[str], None] = print, version: str | None = None) -> int:
+    """Append sentences (in language `version`, default the current one) for every
+    not-yet-sampled task of `split`; returns tasks written."""
+    from .language import VERSION
     from ..workloads import split_tasks
     hw = hw or host_hardware()
     tasks = split_tasks(split)[:limit]
     have = done_tasks(out_path)
-    todo = [(split, i, per_task, seed, hw) for i, t in enumerate(tasks) if t.key not in have]
+    _check_version(out_path, version or VERSION)
+    todo = [(split, i, per_task, seed, hw, version or VERSION) for i, t in enumerate(tasks) if t.key not in have]
     if not todo:
         return 0
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)

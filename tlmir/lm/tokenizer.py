@@ -21,7 +21,7 @@ from typing import Iterable, Sequence
 from ..errors import LanguageError
 from ..runtime.target import HardwareParams
 from ..schedule.decider import Decider
-from .language import RESERVED_WORDS, _is_int, decision_words, prefix_words
+from .language import RESERVED_WORDS, VERSION, VERSIONS, _is_int, decision_words, prefix_words
 
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
 SPECIAL = (PAD, UNK, BOS, EOS)
@@ -43,9 +43,9 @@ class OptionRecorder(Decider):
     TILE_MODES = ("random", "outer-small", "random", "outer-large")
 
     def __init__(self, rng: random.Random, words: set, taken: dict | None = None,
-                 tile_mode: str = "random"):
+                 tile_mode: str = "random", version: str = VERSION):
         super().__init__()
-        self.rng, self.words, self.tile_mode = rng, words, tile_mode
+        self.rng, self.words, self.tile_mode, self.version = rng, words, tile_mode, version
         self.taken = taken if taken is not None else {}
         self.new = 0
 
@@ -55,7 +55,7 @@ class OptionRecorder(Decider):
             if opt not in counts:
                 counts[opt] = 0
                 self.new += 1
-                q, a = decision_words(question, opt)
+                q, a = decision_words(question, opt, version=self.version)
                 self.words.update(q)
                 self.words.update(a)
         if question.startswith("tile "):  # every factorization is recorded already
@@ -90,14 +90,14 @@ def _divisors(n: int, limit: int = MAX_DIVISOR) -> set[int]:
 
 
 def space_words(task, hw: HardwareParams, samples_per_sketch: int = 2, seed: int = 0,
-                max_walks: int = 64, patience: int = 3) -> set[str]:
+                max_walks: int = 64, patience: int = 3, version: str = VERSION) -> set[str]:
     """Every word a sentence of `task` on `hw` can contain (see the module docstring):
     each sketch is walked by an OptionRecorder at least `samples_per_sketch` times, until
     every option offered (tile sizes aside) has been taken once and `patience` walks in a
     row find nothing new (at most `max_walks`)."""
     from ..ir.dag import ComputeDAG
     from ..schedule.space import SearchSpace
-    words = set(prefix_words(task, hw))
+    words = set(prefix_words(task, hw, version))
     space = SearchSpace(task.outputs, hw)
     words.update(str(k) for k in range(len(space.sketches)))
     rng = random.Random(seed)
@@ -105,7 +105,7 @@ def space_words(task, hw: HardwareParams, samples_per_sketch: int = 2, seed: int
         taken: dict = {}
         quiet = 0  # walks in a row that found nothing new
         for walk in range(max_walks):
-            rec = OptionRecorder(rng, words, taken, OptionRecorder.TILE_MODES[walk % 4])
+            rec = OptionRecorder(rng, words, taken, OptionRecorder.TILE_MODES[walk % 4], version)
             space.apply(k, rec)
             quiet = 0 if rec.new else quiet + 1
             if walk + 1 >= samples_per_sketch and quiet >= patience and not rec.untaken():
@@ -146,6 +146,12 @@ class Tokenizer:
                 raise LanguageError(f"tokenizer has {w!r} at id {self._vocab.get(w)}, expected {i}")
         self.pad_id, self.unk_id, self.bos_id, self.eos_id = range(4)
         self.hash = hashlib.sha256("\n".join(self._words).encode()).hexdigest()[:16]
+        spoken = [v for v in VERSIONS if v in self._vocab]
+        if len(spoken) != 1:
+            raise LanguageError(f"tokenizer vocabulary holds {len(spoken)} version words "
+                                f"({', '.join(spoken) or 'none'}); it must hold exactly one of "
+                                f"{', '.join(VERSIONS)}")
+        self.version = spoken[0]  # the language version of every sentence it encodes
 
     # --- construction
     @classmethod
@@ -155,7 +161,8 @@ class Tokenizer:
         for w in rest:
             if not w or any(c.isspace() for c in w):
                 raise LanguageError(f"vocabulary word {w!r} is not a single word")
-        order = list(SPECIAL) + [w for w in RESERVED_WORDS if w not in SPECIAL] + rest
+        reserved = [w for w in RESERVED_WORDS if w not in SPECIAL and (w not in VERSIONS or w in words)]
+        order = list(SPECIAL) + reserved + rest
         hf = HF(models.WordLevel({w: i for i, w in enumerate(order)}, unk_token=UNK))
         hf.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
         hf.add_special_tokens([AddedToken(w, special=True, single_word=True) for w in SPECIAL])
@@ -214,6 +221,11 @@ class Tokenizer:
         else:
             wl = list(words)
             ids = [self._vocab.get(w, self.unk_id) for w in wl]
+        if strict and len(ids) > 1 and ids[0] == self.bos_id:
+            second = wl[1] if wl is not None else words.split()[1]
+            if second in VERSIONS and second != self.version:
+                raise LanguageError(f"a {second} sentence cannot be encoded by a {self.version} "
+                                    f"tokenizer (the model speaks tensor language {self.version})")
         if strict and self.unk_id in ids:
             wl = wl if wl is not None else words.split()
             missing = self.covers(wl)
@@ -231,11 +243,18 @@ class Tokenizer:
 
 
 def build_tokenizer(tasks: Iterable, hw: HardwareParams, sentences: Iterable[str] = (),
-                    samples_per_sketch: int = 2, seed: int = 0) -> Tokenizer:
-    """The tokenizer for sentences of `tasks` on `hw` (and for `sentences`)."""
-    words: set[str] = set(SPECIAL) | set(RESERVED_WORDS)
+                    samples_per_sketch: int = 2, seed: int = 0, version: str | None = None) -> Tokenizer:
+    """The tokenizer for sentences of `tasks` on `hw` (and for `sentences`), in language
+    `version` (default: the version of `sentences`, else the current one)."""
+    sentences = [s.split() for s in sentences]
+    found = {w[1] for w in sentences if len(w) > 1 and w[1] in VERSIONS}
+    if len(found) > 1 or (version and found and found != {version}):
+        raise LanguageError(f"sentences of versions {', '.join(sorted(found))} cannot share one "
+                            f"tokenizer{f' of version {version}' if version else ''}")
+    version = version or (found.pop() if found else VERSION)
+    words: set[str] = set(SPECIAL) | {w for w in RESERVED_WORDS if w not in VERSIONS} | {version}
     for task in tasks:
-        words |= space_words(task, hw, samples_per_sketch, seed)
+        words |= space_words(task, hw, samples_per_sketch, seed, version=version)
     for s in sentences:
-        words.update(s.split())
+        words.update(s)
     return Tokenizer.from_words(words)
