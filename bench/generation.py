@@ -2,6 +2,8 @@
 plus how often unconstrained sampling yields a well-formed / valid sentence.
 
     OMP_WAIT_POLICY=PASSIVE .venv/bin/python bench/generation.py --model models/tlm-base [--n 64]
+    OMP_WAIT_POLICY=PASSIVE .venv/bin/python bench/generation.py --model base --well-formed-only \
+        --tasks held-out                # unconstrained only, on the 21 representative held-out tasks
 """
 from __future__ import annotations
 
@@ -31,20 +33,32 @@ TASKS = {  # three held-out subgraphs (networks never seen in training) and one 
 }
 
 
+def _tasks(which: str) -> dict:
+    if which == "bench":
+        return TASKS
+    from tlmir.evaluate import representative_tasks
+    return {t.name: (lambda t=t: t) for t in representative_tasks(which)}
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="base")
     p.add_argument("--n", type=int, default=64)
     p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--tasks", default="bench", help="bench (the four below), train or held-out "
+                   "(the split's representative tasks, one per category)")
+    p.add_argument("--well-formed-only", action="store_true", help="skip the speed measurements")
     a = p.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)
     model, tok, meta = load_model(a.model)
     hw = host_hardware()
-    print(f"# model {a.model}: {sum(x.numel() for x in model.parameters()):,} parameters, vocab {tok.vocab_size}")
-    for name, make in TASKS.items():
+    print(f"# model {a.model}: {sum(x.numel() for x in model.parameters()):,} parameters, "
+          f"vocab {tok.vocab_size}, language {tok.version}")
+    total = well = 0
+    for name, make in _tasks(a.tasks).items():
         task = make()
         gen = Generator(model, tok, hw, Sampling(a.temperature), seed=0)
-        for batch in (1, 64):
+        for batch in () if a.well_formed_only else (1, 64):
             n = min(a.n, 8) if batch == 1 else a.n
             progs, decs = programs_per_second(gen, task, n, batch)
             print(f"{name:<38} batch {batch:3d}: {progs:7.1f} programs/s  {decs:8.1f} decisions/s")
@@ -59,7 +73,12 @@ def main() -> None:
                 except TlmirError:
                     pass
         wf = sum(g.trace is not None for g in free)
+        total, well = total + len(free), well + wf
         print(f"{name:<38} unconstrained (T={a.temperature}): {wf}/{len(free)} well formed, {valid} valid")
+        for g in free:
+            if g.trace is None:
+                print(f"    malformed: {g.error[:160]}")
+    print(f"all tasks: {well}/{total} well formed ({100.0 * well / max(total, 1):.1f}%)")
 
 
 if __name__ == "__main__":
