@@ -84,8 +84,20 @@ def test_closed_worker_refuses():
     w = Worker()
     w.close()
     w.close()  # idempotent
-    with pytest.raises(RuntimeError):
+    with pytest.raises(MeasureError, match="worker is closed"):
         w.run(jobs.add, 1, 2, timeout=10)
+
+
+def test_a_script_that_tunes_at_import_time_gets_a_clear_error(tmp_path):
+    import subprocess
+    import sys
+    script = tmp_path / "unguarded.py"
+    script.write_text("from tlmir import ops, tune\nfrom tlmir.runtime.task import Task\n"
+                      "tune(Task.from_op(ops.matmul(8, 8, 8)), trials=1, progress=False)\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    assert "MeasureError: tlmir's measurement worker failed to start" in out.stderr
+    assert 'if __name__ == "__main__":' in out.stderr
 
 
 def test_run_isolated_shared_worker():

@@ -122,7 +122,10 @@ class Worker:
             code = self._proc.exitcode
             self._proc = self._conn = None
             why = _describe_exit(code) if ready else f"no handshake in {self._start_timeout}s"
-            raise RuntimeError(f"tlmir worker failed to start: {why}")
+            raise MeasureError(f"tlmir's measurement worker failed to start: {why}. Workers are "
+                               f"spawned processes that import the main script again: a script "
+                               f"that tunes or measures at import time must do so under "
+                               f"`if __name__ == \"__main__\":`")
         self._ready = True
 
     def _kill(self) -> None:
@@ -153,7 +156,7 @@ class Worker:
             raise ValueError(f"timeout must be positive, got {timeout}")
         with self._lock:
             if self._closed:
-                raise RuntimeError("Worker is closed")
+                raise MeasureError("the measurement worker is closed")
             if self._proc is None or not self._proc.is_alive():
                 self._restart()  # died while idle (killed from outside)
             self._await_ready()
