@@ -14,17 +14,18 @@ from ..runtime.target import host_hardware
 from .language import VERSION, VERSIONS
 
 MODELS = os.path.join(os.path.dirname(__file__), "models")
-BASE_MODEL = os.path.join(MODELS, "base")    # pre-trained only
+BASE_MODEL = os.path.join(MODELS, "base")    # pre-trained only (tensor language v2)
+BASE_V1_MODEL = os.path.join(MODELS, "base-v1")  # the same in language v1: what `tlm` was fine-tuned from
 TUNED_MODEL = os.path.join(MODELS, "tlm")    # + iterative SFT on this CPU class: the default
 TOKENIZER_FILE = "tokenizer.json"
 
 
 def model_dir(name: str) -> str:
-    """`base` and `tlm` name the models shipped in the package, `default` the one used
-    when none is given (the SFT'd `tlm`); anything else is a directory."""
+    """`base`, `base-v1` and `tlm` name the models shipped in the package, `default` the
+    one used when none is given (the SFT'd `tlm`); anything else is a directory."""
     if name == "default":
         return TUNED_MODEL if os.path.isfile(os.path.join(TUNED_MODEL, "config.json")) else BASE_MODEL
-    return {"base": BASE_MODEL, "tlm": TUNED_MODEL}.get(name, name)
+    return {"base": BASE_MODEL, "base-v1": BASE_V1_MODEL, "tlm": TUNED_MODEL}.get(name, name)
 
 
 def passive_openmp() -> None:
