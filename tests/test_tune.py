@@ -113,6 +113,25 @@ def test_an_exhausted_task_hands_its_budget_to_the_others():
     assert [r.measurements for r in res.results] == [20, 40]
 
 
+def test_evolutionary_search_warms_up_in_small_rounds(monkeypatch):
+    from tlmir.search.strategy import EvolutionarySearch, RandomSearch
+    sizes = {"evolutionary": [], "random": []}
+    for cls in (EvolutionarySearch, RandomSearch):
+        orig = cls.propose
+
+        def spy(self, n, orig=orig, cls=cls):
+            if type(self) is cls:  # not RandomSearch.propose filling up an evolutionary round
+                sizes[self.name].append(n)
+            return orig(self, n)
+        monkeypatch.setattr(cls, "propose", spy)
+    sp = SearchParams(population=16, measures_per_round=8, warmup_rounds=4, evolution_iters=2)
+    task = Task.from_op(ops.matmul(32, 32, 32))
+    tune(task, trials=14, strategy="evolutionary", sp=sp, progress=False)
+    tune(task, trials=14, strategy="random", sp=sp, progress=False)
+    # the first round's worth (8) in 4 rounds of 2: the cost model ranks from the second on
+    assert sizes == {"evolutionary": [2, 2, 2, 2, 6], "random": [8, 6]}
+
+
 def test_bad_strategy_and_target():
     task = Task.from_op(ops.matmul(8, 8, 8))
     with pytest.raises(tlmir.TlmirError, match="unknown strategy"):

@@ -85,6 +85,7 @@ class TLMSearch(RandomSearch):
 
 class TLMEvolutionarySearch(EvolutionarySearch):
     name = "tlm+evolutionary"
+    warmup = False  # round one is the model's programs: no untrained cost model to warm up
 
     def __init__(self, space: SearchSpace, args, seed: int = 0, task=None, model: str = DEFAULT_MODEL):
         super().__init__(space, args, seed)

@@ -35,6 +35,8 @@ class SearchParams:
     unroll_steps: tuple = (0, 16, 64, 512)
     population: int = 128              # evolutionary search
     measures_per_round: int = 64
+    warmup_rounds: int = 4             # evolutionary search measures its first round's worth in this
+                                       # many smaller rounds, so its cost model ranks from round two
     eps_greedy: float = 0.05
     mutation_prob: float = 0.85
     evolution_iters: int = 4

@@ -60,6 +60,10 @@ class RandomSearch:
                 out.setdefault(cand.key, cand)
         return list(out.values())
 
+    def round_size(self, done: int) -> int:
+        """How many programs the next round measures, `done` measured so far."""
+        return self.space.sp.measures_per_round
+
     def propose(self, n: int) -> list[Candidate]:
         picks = self._sample(n, self.seen)
         self.seen.update(c.key for c in picks)
@@ -71,6 +75,7 @@ class RandomSearch:
 
 class EvolutionarySearch(RandomSearch):
     name = "evolutionary"
+    warmup = True  # the first round's worth comes in `warmup_rounds` smaller rounds
 
     def __init__(self, space: SearchSpace, args, seed: int = 0, model: CostModel | None = None):
         super().__init__(space, args, seed)
@@ -78,6 +83,13 @@ class EvolutionarySearch(RandomSearch):
         self.model = model or CostModel(seed=seed)
         self.measured: list[tuple[Candidate, float]] = []  # (candidate, throughput 1/s; 0 if failed)
         self._feat: dict[str, np.ndarray] = {}
+
+    def round_size(self, done: int) -> int:
+        """Until one round's worth is measured, rounds of measures_per_round / warmup_rounds:
+        a whole first round would be random samples ranked by an untrained model (every
+        candidate ties); smaller ones train the model after 16 programs instead of 64."""
+        per, k = self.sp.measures_per_round, self.sp.warmup_rounds
+        return max(1, per // k) if self.warmup and k > 1 and done < per else per
 
     def _features(self, cands: list[Candidate]) -> np.ndarray:
         rows = []

@@ -168,7 +168,7 @@ def tune(task: Task, target: str = "cpu", trials: int = 64, strategy: str = "evo
         bar = Progress(trials, task.name, progress)
         while tuner.result.measurements < trials:
             before = tuner.result.measurements
-            n = min(sp.measures_per_round, trials - before)
+            n = min(tuner.search.round_size(before), trials - before)
             if tuner.step(n, bar, before) == 0:
                 break  # the space is exhausted
         bar.close()
@@ -234,7 +234,6 @@ def tune_workload(tasks: list, trials_per_task: int, strategy: str = "evolutiona
         tuners = [TaskTuner(t, strategy, rdb, meas, hw, sp, seed, model) for t, _ in tasks]
         weights = [w for _, w in tasks]
         budget = trials_per_task * len(tasks)
-        per_round = min(sp.measures_per_round, trials_per_task)
         rounds = [0] * len(tasks)
         bar = Progress(budget, f"{len(tasks)} tasks", progress)
         spent = sum(t.result.measurements for t in tuners)
@@ -243,7 +242,9 @@ def tune_workload(tasks: list, trials_per_task: int, strategy: str = "evolutiona
             fresh = [i for i in range(len(tasks))
                      if rounds[i] == 0 and tuners[i].result.measurements < trials_per_task]
             i = fresh[0] if fresh else _pick_task(tuners, weights, rounds, sp, exhausted)
-            n = tuners[i].step(min(per_round, budget - spent), bar, spent)
+            t = tuners[i]
+            n = t.step(min(t.search.round_size(t.result.measurements), trials_per_task, budget - spent),
+                       bar, spent)
             rounds[i] += 1
             spent += n
             if n == 0:
