@@ -193,7 +193,7 @@ class Evaluation:
         while r.measurements < k:
             before = r.measurements
             t0 = time.perf_counter()
-            if tuner.step(min(self.sp.measures_per_round, k - before)) == 0:
+            if tuner.step(min(tuner.round_size(), k - before)) == 0:
                 spent[EXHAUSTED] = r.measurements  # the space has no more programs: complete
                 self._save_wall(db_name)
                 break

@@ -70,11 +70,11 @@ def sample_split(split: str, per_task: int, out_path: str, workers: int = 0, see
     not-yet-sampled task of `split`; returns tasks written."""
     from .language import VERSION
     from ..workloads import split_tasks
-    hw = hw or host_hardware()
+    hw, version = hw or host_hardware(), version or VERSION
     tasks = split_tasks(split)[:limit]
     have = done_tasks(out_path)
-    _check_version(out_path, version or VERSION)
-    todo = [(split, i, per_task, seed, hw, version or VERSION) for i, t in enumerate(tasks) if t.key not in have]
+    _check_version(out_path, version)
+    todo = [(split, i, per_task, seed, hw, version) for i, t in enumerate(tasks) if t.key not in have]
     if not todo:
         return 0
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)

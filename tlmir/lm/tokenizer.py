@@ -217,17 +217,14 @@ class Tokenizer:
         <unk>, or raise LanguageError with `strict`."""
         if isinstance(words, str):
             ids = self.hf.encode(words).ids
-            wl = None
+            wl = words.split() if strict else None
         else:
             wl = list(words)
             ids = [self._vocab.get(w, self.unk_id) for w in wl]
-        if strict and len(ids) > 1 and ids[0] == self.bos_id:
-            second = wl[1] if wl is not None else words.split()[1]
-            if second in VERSIONS and second != self.version:
-                raise LanguageError(f"a {second} sentence cannot be encoded by a {self.version} "
-                                    f"tokenizer (the model speaks tensor language {self.version})")
+        if strict and len(ids) > 1 and ids[0] == self.bos_id and wl[1] in VERSIONS and wl[1] != self.version:
+            raise LanguageError(f"a {wl[1]} sentence cannot be encoded by a {self.version} "
+                                f"tokenizer (the model speaks tensor language {self.version})")
         if strict and self.unk_id in ids:
-            wl = wl if wl is not None else words.split()
             missing = self.covers(wl)
             raise LanguageError(f"unknown word{'s' if len(missing) > 1 else ''} "
                                 f"{', '.join(map(repr, missing[:10]))} (not in the tokenizer's "

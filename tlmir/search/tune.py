@@ -132,6 +132,10 @@ class TaskTuner:
             r.best_seconds, r.best_trace = seconds, trace
         r.curve.append((r.measurements, r.best_seconds))
 
+    def round_size(self) -> int:
+        """How many programs the next round should measure (the search decides)."""
+        return self.search.round_size(self.result.measurements)
+
     def step(self, n: int, progress: Progress | None = None, done_before: int = 0) -> int:
         t0 = time.perf_counter()
         measured = []
@@ -168,7 +172,7 @@ def tune(task: Task, target: str = "cpu", trials: int = 64, strategy: str = "evo
         bar = Progress(trials, task.name, progress)
         while tuner.result.measurements < trials:
             before = tuner.result.measurements
-            n = min(tuner.search.round_size(before), trials - before)
+            n = min(tuner.round_size(), trials - before)
             if tuner.step(n, bar, before) == 0:
                 break  # the space is exhausted
         bar.close()
@@ -243,8 +247,7 @@ def tune_workload(tasks: list, trials_per_task: int, strategy: str = "evolutiona
                      if rounds[i] == 0 and tuners[i].result.measurements < trials_per_task]
             i = fresh[0] if fresh else _pick_task(tuners, weights, rounds, sp, exhausted)
             t = tuners[i]
-            n = t.step(min(t.search.round_size(t.result.measurements), trials_per_task, budget - spent),
-                       bar, spent)
+            n = t.step(min(t.round_size(), trials_per_task, budget - spent), bar, spent)
             rounds[i] += 1
             spent += n
             if n == 0:
