@@ -1,9 +1,13 @@
 """Generation speed of the TLM: decisions/s and complete programs/s, batch 1 and 64,
-plus how often unconstrained sampling yields a well-formed / valid sentence.
+plus how often sampling without the answer mask yields a well-formed sentence, in two
+modes: `answers` (the sketch code asks the questions, each answer is sampled from the
+whole vocabulary: paper Alg. 2 without the mask) and `sentences` (the model writes the
+whole sentence, question words included).
 
     OMP_WAIT_POLICY=PASSIVE .venv/bin/python bench/generation.py --model models/tlm-base [--n 64]
     OMP_WAIT_POLICY=PASSIVE .venv/bin/python bench/generation.py --model base --well-formed-only \
         --tasks held-out                # unconstrained only, on the 21 representative held-out tasks
+    ... --well-formed-only --mode answers   # the answers unmasked, the questions from the space
 """
 from __future__ import annotations
 
@@ -33,6 +37,9 @@ TASKS = {  # three held-out subgraphs (networks never seen in training) and one 
 }
 
 
+MODES = {"sentences": ("sentences",), "answers": ("answers",), "both": ("sentences", "answers")}
+
+
 def _tasks(which: str) -> dict:
     if which == "bench":
         return TASKS
@@ -48,13 +55,16 @@ def main() -> None:
     p.add_argument("--tasks", default="bench", help="bench (the four below), train or held-out "
                    "(the split's representative tasks, one per category)")
     p.add_argument("--well-formed-only", action="store_true", help="skip the speed measurements")
+    p.add_argument("--mode", choices=("sentences", "answers", "both"), default="both",
+                   help="unconstrained whole sentences, unmasked answers to the space's questions, or both")
     a = p.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)
     model, tok, meta = load_model(a.model)
     hw = host_hardware()
     print(f"# model {a.model}: {sum(x.numel() for x in model.parameters()):,} parameters, "
           f"vocab {tok.vocab_size}, language {tok.version}")
-    total = well = 0
+    total = {m: 0 for m in MODES["both"]}
+    well = dict(total)
     for name, make in _tasks(a.tasks).items():
         task = make()
         gen = Generator(model, tok, hw, Sampling(a.temperature), seed=0)
@@ -62,23 +72,28 @@ def main() -> None:
             n = min(a.n, 8) if batch == 1 else a.n
             progs, decs = programs_per_second(gen, task, n, batch)
             print(f"{name:<38} batch {batch:3d}: {progs:7.1f} programs/s  {decs:8.1f} decisions/s")
-        free = gen.unconstrained(task, a.n, 64)
         space = SearchSpace(task.outputs, hw)
-        valid = 0
-        for g in free:
-            if g.trace is not None:
-                try:
-                    space.replay(g.trace)
-                    valid += 1
-                except TlmirError:
-                    pass
-        wf = sum(g.trace is not None for g in free)
-        total, well = total + len(free), well + wf
-        print(f"{name:<38} unconstrained (T={a.temperature}): {wf}/{len(free)} well formed, {valid} valid")
-        for g in free:
-            if g.trace is None:
-                print(f"    malformed: {g.error[:160]}")
-    print(f"all tasks: {well}/{total} well formed ({100.0 * well / max(total, 1):.1f}%)")
+        for mode in MODES[a.mode]:
+            free = (gen.unconstrained(task, a.n, 64) if mode == "sentences"
+                    else gen.generate(task, a.n, 64, space, masked=False))
+            valid = 0
+            for g in free:
+                if g.trace is not None:
+                    try:
+                        space.replay(g.trace)
+                        valid += 1
+                    except TlmirError:
+                        pass
+            wf = sum(g.trace is not None for g in free)
+            total[mode] += len(free)
+            well[mode] += wf
+            print(f"{name:<38} unmasked {mode} (T={a.temperature}): {wf}/{len(free)} well formed, {valid} valid")
+            for g in free:
+                if g.trace is None:
+                    print(f"    malformed: {g.error[:160]}")
+    for mode in MODES[a.mode]:
+        print(f"all tasks, unmasked {mode}: {well[mode]}/{total[mode]} well formed "
+              f"({100.0 * well[mode] / max(total[mode], 1):.1f}%)")
 
 
 if __name__ == "__main__":

@@ -56,3 +56,24 @@ def test_unconstrained_sampling_reports_malformed_sentences():
     res = Generator(_random_model(tok), tok, HW, seed=0).unconstrained(task, 4, batch_size=4, max_tokens=120)
     assert len(res) == 4
     assert all((g.trace is None) == (g.error is not None) for g in res)
+
+
+def test_unmasked_answers_keep_the_space_questions_and_report_bad_answers():
+    """masked=False: the sketch code still asks; an answer outside the space ends its
+    candidate with a LanguageError naming the question, the rest replay exactly."""
+    task = Task.from_op(ops.softmax(8, 32))
+    tok = build_tokenizer([task], HW)
+    space = SearchSpace(task.outputs, HW)
+    res = Generator(_random_model(tok), tok, HW, seed=0).generate(task, 12, batch_size=6, space=space,
+                                                                   masked=False)
+    assert len(res) == 12
+    assert all((g.trace is None) == (g.error is not None) for g in res)
+    bad = [g for g in res if g.trace is None]
+    assert bad, "a random model should answer outside the space at least once"
+    for g in bad:
+        assert "LanguageError" in g.error
+        assert "not one of the space's answers" in g.error or "not a sketch number" in g.error
+    for g in res:
+        if g.trace is not None:
+            assert sentence_to_trace(g.sentence) == g.trace
+            space.replay(g.trace)

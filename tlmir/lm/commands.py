@@ -132,8 +132,10 @@ def cmd_generate(args) -> None:
     space = SearchSpace(task.outputs, hw)
     torch.set_num_threads(os.cpu_count() or 1)
     t0 = time.perf_counter()
-    res = gen.unconstrained(task, args.n, args.batch) if args.unconstrained else gen.generate(
-        task, args.n, args.batch, space)
+    if args.unconstrained == "sentences":
+        res = gen.unconstrained(task, args.n, args.batch)
+    else:
+        res = gen.generate(task, args.n, args.batch, space, masked=args.unconstrained is None)
     seconds = time.perf_counter() - t0
     counts = {"generated": len(res), "well_formed": 0, "valid": 0, "verified": 0}
     ins = task.random_inputs(0)
@@ -234,7 +236,9 @@ def add_parsers(sub, op_args) -> None:
     ge.add_argument("--top-k", type=int, default=0)
     ge.add_argument("--top-p", type=float, default=1.0)
     ge.add_argument("--seed", type=int, default=0)
-    ge.add_argument("--unconstrained", action="store_true", help="sample the raw model, no mask")
+    ge.add_argument("--unconstrained", nargs="?", const="sentences", choices=("sentences", "answers"),
+                    help="sample the raw model, no mask: the whole sentence (the default), or "
+                         "`answers` to the questions the space asks")
     ge.add_argument("--show", type=int, default=3, help="print this many sentences")
     ge.add_argument("--json", action="store_true")
     ge.set_defaults(fn=cmd_generate)

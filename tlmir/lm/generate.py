@@ -6,8 +6,11 @@ valid answer to the batcher and waits. The batcher advances all waiting candidat
 together: it feeds the question words through the model (one ragged KV-cache step
 for the whole batch), then samples the answer word by word with the logits masked to
 the words that continue some valid answer (factor by factor for tile sizes). Every
-generated program is therefore valid by construction; `unconstrained=True` samples
-the raw model instead, to measure how well it has learned the language itself.
+generated program is therefore valid by construction. Two ways to measure how well the
+model has learned the language itself rather than leaning on the mask:
+`generate(..., masked=False)` keeps the sketch code asking the questions (as the paper's
+Alg. 2 does) but samples each answer from the whole vocabulary, and `unconstrained`
+lets the model write the entire sentence, question words included.
 """
 from __future__ import annotations
 
@@ -37,7 +40,8 @@ class _Request:
     question: list            # token ids to feed (the question words, ending in "=")
     options: list             # each valid answer as a list of token ids
     done: threading.Event = field(default_factory=threading.Event)
-    choice: int = -1
+    choice: int = -1          # index into options; -1: the (unmasked) answer is not among them
+    answer: list = field(default_factory=list)   # the token ids sampled
 
 
 class LMDecider(Decider):
@@ -61,6 +65,9 @@ class LMDecider(Decider):
         qwords, _ = decision_words(question, options[0], self._extent, tok.version)
         req = _Request(tok.encode(qwords), [tok.encode(w) for w in answer_words(options, tok.version)])
         self.batcher.submit(self.row, req)
+        if req.choice < 0:
+            raise LanguageError(f"question {question!r}: the model answered "
+                                f"{' '.join(tok.word(i) for i in req.answer)!r}, not one of the space's answers")
         return options[req.choice]
 
 
@@ -139,27 +146,32 @@ class Generator:
         return cache.expand(batch), logits[0, -1]
 
     @torch.inference_mode()
-    def generate(self, task, n: int, batch_size: int = 64, space: SearchSpace | None = None) -> list[Generated]:
-        """n constrained candidates for `task` (every one a valid schedule of the space)."""
+    def generate(self, task, n: int, batch_size: int = 64, space: SearchSpace | None = None,
+                 masked: bool = True) -> list[Generated]:
+        """n candidates for `task`. Masked (the default), every one is a valid schedule of
+        the space; unmasked, an answer outside the space ends its candidate with an error."""
         space = space or SearchSpace(task.outputs, self.hw)
         out: list[Generated] = []
         while len(out) < n:
-            out += self._batch(task, space, min(batch_size, n - len(out)))
+            out += self._batch(task, space, min(batch_size, n - len(out)), masked)
         return out
 
-    def _batch(self, task, space: SearchSpace, b: int) -> list[Generated]:
+    def _batch(self, task, space: SearchSpace, b: int, masked: bool = True) -> list[Generated]:
         cache, first = self._prefix_cache(task, b)
         batcher = _Batcher(self.model, self.tok, self.sampling, self.rng)
-        sketch_ids = [self.tok.encode([str(i)]) for i in range(len(space.sketches))]
-        starts = [batcher.pick(first, [s[0] for s in sketch_ids]) for _ in range(b)]
-        sketches = [next(i for i, s in enumerate(sketch_ids) if s[0] == t) for t in starts]
+        sketch_ids = [self.tok.encode([str(i)])[0] for i in range(len(space.sketches))]
+        vocab = list(range(self.tok.vocab_size))
+        starts = [batcher.pick(first, sketch_ids if masked else vocab) for _ in range(b)]
         feed: list[list[int]] = [[t] for t in starts]  # tokens chosen but not yet fed
         results: list = [None] * b
         batcher.active = set(range(b))
 
         def run(row: int) -> None:
             try:
-                sch, trace = space.apply(sketches[row], LMDecider(batcher, row))
+                if starts[row] not in sketch_ids:
+                    raise LanguageError(f"the model began the decisions with "
+                                        f"{self.tok.word(starts[row])!r}, not a sketch number")
+                sch, trace = space.apply(sketch_ids.index(starts[row]), LMDecider(batcher, row))
                 results[row] = Generated(trace, sch, "")
             except TlmirError as e:  # cannot happen for valid spaces; reported, not hidden
                 results[row] = Generated(None, None, "", f"{type(e).__name__}: {e}")
@@ -173,7 +185,7 @@ class Generator:
             reqs = batcher.wait_all_blocked()
             if not reqs:
                 break
-            self._answer(reqs, feed, cache, batcher)
+            self._answer(reqs, feed, cache, batcher, masked)
         for t in threads:
             t.join()
         for g in results:
@@ -197,11 +209,15 @@ class Generator:
             feed[r] = []
         return out
 
-    def _answer(self, reqs: dict, feed: list, cache, batcher: _Batcher) -> None:
+    def _answer(self, reqs: dict, feed: list, cache, batcher: _Batcher, masked: bool = True) -> None:
+        """Sample every waiting row's answer, word by word. Masked, only words continuing
+        some valid answer are allowed; unmasked, any word is, and a row stops as soon as
+        its words can no longer become a valid answer."""
         for r, req in reqs.items():
             feed[r] = feed[r] + req.question
         chosen: dict[int, list[int]] = {r: [] for r in reqs}
         live = {r: list(range(len(req.options))) for r, req in reqs.items()}
+        vocab = list(range(self.tok.vocab_size))
         rows = list(reqs)
         while rows:
             logits = self._step(feed, rows, cache)
@@ -209,7 +225,7 @@ class Generator:
             for r in rows:
                 depth = len(chosen[r])
                 opts = reqs[r].options
-                allowed = sorted({opts[i][depth] for i in live[r]})
+                allowed = sorted({opts[i][depth] for i in live[r]}) if masked else vocab
                 tok = batcher.pick(logits[r], allowed)
                 chosen[r].append(tok)
                 live[r] = [i for i in live[r] if opts[i][depth] == tok]
@@ -218,7 +234,8 @@ class Generator:
                     nxt.append(r)
             rows = nxt
         for r, req in reqs.items():
-            req.choice = next(i for i in live[r] if req.options[i] == chosen[r])
+            req.answer = chosen[r]
+            req.choice = next((i for i in live[r] if req.options[i] == chosen[r]), -1)
             batcher.decisions += 1
             req.done.set()
 
