@@ -51,7 +51,7 @@ class OfferedWords(RandomDecider):
 
     def _decide(self, question, options):
         for o in options:
-            q, a = decision_words(question, o)
+            q, a = decision_words(question, o, options=options)
             self.words.update(q + a)
         return super()._decide(question, options)
 
@@ -83,7 +83,14 @@ def test_decision_words():
     assert decision_words("tile C.i", (4, 8, 2, 16)) == ("tile C.i 1024 =".split(), "256 32 16 1".split())
     assert decision_words("tile C.i", (4, 8, 2, 16), version="v1")[1] == "4 8 2 16".split()
     assert decision_words("tile C.i", (4, 8), extent=32)[0] == "tile C.i 32 =".split()
-    assert decision_words("at pad", "conv.k.outer") == (["at", "pad", "="], ["conv.k.outer"])
+    assert decision_words("at pad", "conv.k.outer", version="v2") == (["at", "pad", "="], ["conv.k.outer"])
+    assert decision_words("at pad", "conv.k.outer", options=["root", "conv.k.outer"]) == (
+        ["at", "pad", "root", "conv.k.outer", "="], ["conv.k.outer"])
+    assert decision_words("parallel C", 2, options=[1, 2, 3]) == ("parallel C 1 2 3 =".split(), ["2"])
+    with pytest.raises(LanguageError, match="not given"):
+        decision_words("at pad", "conv.k.outer")
+    with pytest.raises(LanguageError, match="not among its options"):
+        decision_words("parallel C", 4, options=[1, 2, 3])
     assert decision_words("unroll C", 512) == (["unroll", "C", "="], ["512"])
     assert answer_words([(1, 4), (2, 2), "root", 16]) == [["4", "1"], ["2", "1"], ["root"], ["16"]]
     assert answer_words([(1, 4), (2, 2)], "v1") == [["1", "4"], ["2", "2"]]
@@ -107,9 +114,10 @@ def test_op_sentences_round_trip(name, version):
         assert all(type(a) is type(b) for (_, a), (_, b) in zip(back.decisions, trace.decisions))
         got, prompt, again = parse_sentence(sentence.split())
         assert got == version and prompt == task_prompt(task) + hw_prompt(HW) and again == trace
-        other = VERSIONS[1 - VERSIONS.index(version)]
-        assert convert_sentence(convert_sentence(sentence, other), version) == sentence
-        assert sentence_to_trace(convert_sentence(sentence, other)) == trace
+        for other in VERSIONS:
+            there = convert_sentence(sentence, other, task, HW)
+            assert convert_sentence(there, version, task, HW) == sentence
+            assert sentence_to_trace(there) == trace
         assert len(sentence.split()) <= MAX_TOKENS
     space.replay(back)  # the parsed trace still builds a schedule
 
@@ -157,17 +165,19 @@ def test_tile_chains_of_v2():
 
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda s: s.replace(f"<s> {VERSION} ", "<s> v0 ", 1), "sentence is version v0, this tlmir speaks v1, v2"),
+    (lambda s: s.replace(f"<s> {VERSION} ", "<s> v0 ", 1), "sentence is version v0, this tlmir speaks v1, v2, v3"),
     (lambda s: s.replace(f"<s> {VERSION} ", "<s> ", 1), "no version word"),
     (lambda s: s[len("<s> "):], "does not start with <s>"),
     (lambda s: s[:-len(" </s>")], "does not end with </s>"),
-    (lambda s: s.replace(" parallel C = ", " parallel C "), "has no '='"),
+    (lambda s: s.replace(" parallel C 1 2 3 4 = ", " parallel C 1 2 3 4 "), "has no '='"),
+    (lambda s: s.replace(" parallel C 1 2 3 4 = 3 ", " parallel C 1 2 = 3 "), "not one of the options"),
+    (lambda s: s.replace(" parallel C 1 2 3 4 = ", " parallel C = "), "lists no options"),
     (lambda s: s.replace(" unroll C = ", " unroll C "), "has no '='"),
     (lambda s: s.replace(" sketch 2 ", " "), "no 'sketch'"),
     (lambda s: s.replace(" sketch 2 ", " sketch x "), "sketch id"),
     (lambda s: s.replace(" tile C.i 24 = ", " tile C.i 25 = "), "24 does not divide the 25 left"),
     (lambda s: s.replace(" tile C.i 24 = ", " tile C.i 24 = foo "), "needs positive ints"),
-    (lambda s: s.replace(" parallel C = ", " frobnicate C = "), "expected a question"),
+    (lambda s: s.replace(" parallel C 1 2 3 4 = ", " frobnicate C = "), "expected a question"),
     (lambda s: s.rsplit(" ", 2)[0] + " </s>", "no answer after '='"),
     (lambda s: "", "empty sentence"),
     (lambda s: "lorem ipsum dolor", "does not start with <s>"),
@@ -270,7 +280,7 @@ def test_a_tokenizer_speaks_one_version(op_tasks):
     assert v1.version == "v1" and v1.covers(_sentence("v1").split()) == []
     assert "v2" not in v1.covers(["v2"]) or v1.id("v2") == v1.unk_id
     assert build_tokenizer(op_tasks[:1], HW, sentences=[_sentence("v1")]).version == "v1"
-    assert build_tokenizer(op_tasks[:1], HW).version == VERSION == "v2"
+    assert build_tokenizer(op_tasks[:1], HW).version == VERSION == "v3"
     with pytest.raises(LanguageError, match="versions v1, v2 cannot share one tokenizer"):
         build_tokenizer(op_tasks[:1], HW, sentences=[_sentence("v1"), _sentence("v2")])
     with pytest.raises(LanguageError, match="holds 2 version words"):

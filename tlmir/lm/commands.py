@@ -52,6 +52,12 @@ def cmd_sample(args) -> None:
     print(f"sampled {n} new tasks into {args.out}")
 
 
+def cmd_convert(args) -> None:
+    from .sample import convert_file
+    n = convert_file(args.data, args.out, args.language)
+    print(f"wrote {n} sentences in language {args.language} to {args.out}")
+
+
 def cmd_tokenizer_build(args) -> None:
     from ..workloads import split_tasks
     from .sample import read_sentences
@@ -183,6 +189,11 @@ def add_parsers(sub, op_args) -> None:
     sa.add_argument("--quiet", action="store_true")
     sa.add_argument("--language", choices=VERSIONS, default=VERSION, help="tensor-language version")
     sa.set_defaults(fn=cmd_sample)
+    cv = sub.add_parser("convert", help="rewrite a sentences file in another tensor-language version")
+    cv.add_argument("data", help="sentences .jsonl (any version)")
+    cv.add_argument("--out", required=True)
+    cv.add_argument("--language", choices=VERSIONS, default=VERSION)
+    cv.set_defaults(fn=cmd_convert)
     tk = sub.add_parser("tokenizer", help="build the word-level tokenizer")
     tks = tk.add_subparsers(dest="what", required=True)
     tb = tks.add_parser("build")

@@ -13,15 +13,24 @@ Decisions, in trace order:
     tile C.i 1024 = 256 32 16 1   a tile question: name, extent, `=`, then (v2) the extent
                                   left after each factor, outermost first: the factors
                                   are 1024/256 = 4, 256/32 = 8, 32/16 = 2, 16/1 = 16
-    at pad = conv.k.outer         any other question: its words, `=`, one answer word
-    parallel C = 3   vec C = 1   unroll C = 512
+    at pad root conv.k.outer conv.p.outer = conv.k.outer
+                                  (v3) a question whose options depend on earlier answers
+                                  (compute location `at`, fused-loop count `parallel`)
+                                  lists them before `=`; the answer is one of them
+    parallel C 1 2 3 = 3   vec C = 1   unroll C = 512
+                                  any other question: its words, `=`, one answer word
 
 Versions: v1 wrote a tile answer as its factors (`tile C.i 1024 = 4 8 2 16`), so a model
 had to multiply four numbers to write one well-formed answer; in v2 every word only has to
 divide the word before it (the chain ends at 1), which a small model learns far more
-reliably (docs/architecture.md). Both are read and written; new sentences and tokenizers
-are v2, and a model speaks the version of its tokenizer. A sentence of any other version
-is refused, never silently mixed in.
+reliably (docs/architecture.md). v2 did not say which loops a stage may be computed at or
+how many outer loops may be fused in parallel: those depend on earlier answers, and a
+small model guessed loop names that do not exist (3 in 4 of its answers outside the
+space). v3 lists the options of those questions in the question, so answering is
+choosing among words in view. All three are read and written; new sentences and
+tokenizers are v3 (writing one needs the task, to replay the trace and learn its
+options), and a model speaks the version of its tokenizer. A sentence of any other
+version is refused, never silently mixed in.
 
 Every word is one token of a word-level vocabulary (tlmir.lm.tokenizer). Answers parse
 back to the types the space offers — tuples of ints for tiles, ints for numeric
@@ -42,8 +51,9 @@ from ..ir.tensor import ComputeOp
 from ..runtime.target import HardwareParams
 from ..schedule.decider import Trace
 
-VERSIONS = ("v1", "v2")
-VERSION = "v2"  # what new sentences and tokenizers are written in
+VERSIONS = ("v1", "v2", "v3")
+VERSION = "v3"  # what new sentences and tokenizers are written in
+LISTED_KINDS = ("at", "parallel")  # v3: questions that list their options
 BOS, EOS = "<s>", "</s>"
 QUESTION_KEYWORDS = ("tile", "at", "parallel", "vec", "unroll")
 STRUCTURAL_WORDS = (BOS, EOS, *VERSIONS, "task", "hw", "sketch", "stage", "input", "read",
@@ -155,13 +165,27 @@ def tile_words(factors: Sequence[int], version: str = VERSION) -> list[str]:
     return out
 
 
+def _lists_options(question_words: list[str], version: str) -> bool:
+    return version not in ("v1", "v2") and question_words[0] in LISTED_KINDS
+
+
 def decision_words(question: str, answer: Any, extent: int | None = None,
-                   version: str = VERSION) -> tuple[list[str], list[str]]:
+                   version: str = VERSION, options: Sequence | None = None) -> tuple[list[str], list[str]]:
     """(question words ending with '=', answer words) of one decision.
 
     A tile question's words carry the extent (the product of the answer when `extent`
-    is None); its answer words are `tile_words`. Any other answer is one word."""
+    is None); its answer words are `tile_words`. Any other answer is one word; in v3 the
+    words of an `at` / `parallel` question end with its `options`, which must be given."""
     qwords = _question_words(question)
+    if _lists_options(qwords, _version(version)):
+        if options is None:
+            raise LanguageError(f"{version} lists the options of {question!r}; they were not given "
+                                f"(writing a {version} sentence needs the task, to replay the trace)")
+        listed = [_answer_word(o, question) for o in options]
+        word = _answer_word(answer, question)
+        if word not in listed:
+            raise LanguageError(f"answer {answer!r} to {question!r} is not among its options {listed}")
+        return qwords + listed + ["="], [word]
     if qwords[0] == "tile":
         if not isinstance(answer, (tuple, list)) or not answer or not all(
                 isinstance(f, int) and not isinstance(f, bool) and f >= 1 for f in answer):
@@ -192,20 +216,46 @@ def answer_words(options: Sequence, version: str = VERSION) -> list[list[str]]:
 
 # ------------------------------------------------------------------------ sentences
 
-def trace_words(trace: Trace, version: str = VERSION) -> list[str]:
-    """`<id> <decisions>` (the words between `sketch` and `</s>`)."""
+def trace_words(trace: Trace, version: str = VERSION, options: dict | None = None) -> list[str]:
+    """`<id> <decisions>` (the words between `sketch` and `</s>`); v3 needs `options`
+    (question -> the options the space offered, see `trace_options`)."""
     if isinstance(trace.sketch, bool) or not isinstance(trace.sketch, int) or trace.sketch < 0:
         raise LanguageError(f"sketch id {trace.sketch!r} must be a non-negative int")
     words = [str(trace.sketch)]
     for question, answer in trace.decisions:
-        q, a = decision_words(question, answer, version=version)
+        q, a = decision_words(question, answer, version=version,
+                              options=None if options is None else options.get(question))
         words += q + a
     return words
 
 
-def trace_to_sentence(task, hw: HardwareParams, trace: Trace, version: str = VERSION) -> str:
-    """The sentence of a trace of `task` on `hw`, in language `version`."""
-    return " ".join(prefix_words(task, hw, version) + trace_words(trace, version) + [EOS])
+def trace_options(task, hw: HardwareParams, trace: Trace) -> dict:
+    """Question -> the options the space of `task` on `hw` offers it when `trace` replays."""
+    from ..errors import TlmirError
+    from ..schedule.decider import ReplayDecider
+    from ..schedule.space import SearchSpace
+
+    class _Recorder(ReplayDecider):
+        def _decide(self, question: str, options: list):
+            seen[question] = options
+            return super()._decide(question, options)
+
+    seen: dict = {}
+    try:
+        SearchSpace(getattr(task, "outputs", task), hw).apply(trace.sketch, _Recorder(trace))
+    except TlmirError as e:
+        raise LanguageError(f"trace does not replay in the space of the task, so its options "
+                            f"are unknown: {e}") from None
+    return seen
+
+
+def trace_to_sentence(task, hw: HardwareParams, trace: Trace, version: str = VERSION,
+                      options: dict | None = None) -> str:
+    """The sentence of a trace of `task` on `hw`, in language `version` (v3 replays the
+    trace to learn its options unless `options` are given)."""
+    if options is None and _version(version) not in ("v1", "v2"):
+        options = trace_options(task, hw, trace)
+    return " ".join(prefix_words(task, hw, version) + trace_words(trace, version, options) + [EOS])
 
 
 def _words(sentence) -> list[str]:
@@ -291,15 +341,25 @@ def _parse_decisions(w: list[str], offset: int, version: str) -> list:
                                 f"got {kw!r} in {_show(w[p:], 8)!r}")
         qlen = 3 if kw == "tile" else 2
         head = w[p:p + qlen]
-        if len(head) < qlen or p + qlen >= n or w[p + qlen] != "=":
-            raise LanguageError(f"{where}: decision {_show(w[p:p + qlen + 1], 8)!r} has no '=' "
+        eq = p + qlen                     # where '=' must be
+        listed = None
+        if _lists_options([kw], version):  # v3: the options come before '='
+            while eq < n and w[eq] != "=" and w[eq] not in RESERVED_WORDS:
+                eq += 1
+            listed = w[p + qlen:eq]
+        if len(head) < qlen or eq >= n or w[eq] != "=":
+            raise LanguageError(f"{where}: decision {_show(w[p:eq + 1], 8)!r} has no '=' "
                                 f"after its question (expected "
-                                f"'{'tile <stage.axis> <extent>' if kw == 'tile' else kw + ' <name>'} =')")
+                                f"'{'tile <stage.axis> <extent>' if kw == 'tile' else kw + ' <name>'}"
+                                f"{' <options>' if listed is not None else ''} =')")
+        if listed == []:
+            raise LanguageError(f"{where}: {version} question {_show(w[p:eq + 1], 8)!r} lists no "
+                                f"options before '='")
         name = head[1]
         if name in _FORBIDDEN_NAMES:
             raise LanguageError(f"{where}: question {kw!r} names a reserved word {name!r}")
         question = f"{kw} {name}"
-        a = p + qlen + 1
+        a = eq + 1
         if kw == "tile":
             if not _is_int(head[2]) or int(head[2]) < 1:
                 raise LanguageError(f"{where}: tile extent {head[2]!r} of {question!r} is not a positive int")
@@ -315,6 +375,9 @@ def _parse_decisions(w: list[str], offset: int, version: str) -> list:
             if word in RESERVED_WORDS or word in _FORBIDDEN_NAMES:
                 raise LanguageError(f"{where}: decision {question!r} has no answer after '=' "
                                     f"(got the reserved word {word!r})")
+            if listed is not None and word not in listed:
+                raise LanguageError(f"{where}: {question!r} answers {word!r}, not one of the "
+                                    f"options it lists ({' '.join(listed)})")
             decisions.append((question, int(word) if _is_int(word) else word))
             p = a + 1
     return decisions
@@ -325,10 +388,20 @@ def sentence_to_trace(sentence) -> Trace:
     return parse_sentence(sentence)[2]
 
 
-def convert_sentence(sentence, version: str = VERSION) -> str:
-    """The same sentence (prompt and trace) written in language `version`."""
+def convert_sentence(sentence, version: str = VERSION, task=None, hw: HardwareParams | None = None) -> str:
+    """The same sentence (prompt and trace) written in language `version`; into v3 it
+    needs the `task` and `hw` it was written for (to replay the trace for its options)."""
     _, prompt, trace = parse_sentence(sentence)
-    return " ".join([BOS, _version(version)] + prompt + ["sketch"] + trace_words(trace, version) + [EOS])
+    options = None
+    if _version(version) not in ("v1", "v2"):
+        if task is None or hw is None:
+            raise LanguageError(f"converting a sentence into {version} needs its task and hardware "
+                                f"(the options of its questions come from replaying the trace)")
+        if prompt != task_prompt(task) + hw_prompt(hw):
+            raise LanguageError(f"the sentence was written for another task or hardware than the one "
+                                f"given ({_show(prompt)!r})")
+        options = trace_options(task, hw, trace)
+    return " ".join([BOS, version] + prompt + ["sketch"] + trace_words(trace, version, options) + [EOS])
 
 
 # ------------------------------------------------------------------------ statistics
@@ -347,7 +420,9 @@ def sentence_lengths(tasks: Iterable, hw: HardwareParams, n_per_task: int = 4, s
         traces = [space.sample(rng)[1] for _ in range(n_per_task)]
         if every_sketch:
             traces += [space.apply(k, RandomDecider(rng))[1] for k in range(len(space.sketches))]
-        out += [prefix + len(trace_words(t, version)) + 1 for t in traces]
+        listed = _version(version) not in ("v1", "v2")
+        out += [prefix + len(trace_words(t, version, trace_options(task, hw, t) if listed else None)) + 1
+                for t in traces]
     return out
 
 

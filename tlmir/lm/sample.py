@@ -109,3 +109,35 @@ def read_sentences(path: str) -> list[dict]:
     except OSError as e:
         raise TlmirError(f"cannot read sentences file {path!r}: {e}") from None
     return out
+
+
+def convert_file(src: str, dst: str, version: str, hw: HardwareParams | None = None) -> int:
+    """Write every sentence of `src` in language `version` to `dst` (same keys and tasks,
+    same traces); returns the count. Into v3 each trace is replayed in its task's space
+    (tasks are found by key among the workloads), so `hw` must be what it was sampled for."""
+    from ..workloads import split_tasks
+    from .language import convert_sentence
+    hw = hw or host_hardware()
+    tasks = {t.key: t for split in ("train", "held-out") for t in split_tasks(split)}
+    records = read_sentences(src)
+    lines = []
+    for n, r in enumerate(records, 1):
+        task = tasks.get(r["key"])
+        if task is None:
+            raise TlmirError(f"{src}:{n}: task {r['task']!r} (key {r['key']}) is not a workload task")
+        try:
+            lines.append(json.dumps({**r, "sentence": convert_sentence(r["sentence"], version, task, hw)}) + "\n")
+        except TlmirError as e:
+            raise type(e)(f"{src}:{n}: {e}") from None
+    tmp = f"{dst}.tmp{os.getpid()}"
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
+        with open(tmp, "w") as fh:
+            fh.writelines(lines)
+        os.replace(tmp, dst)
+    except OSError as e:
+        raise TlmirError(f"cannot write sentences to {dst!r}: {e}") from None
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return len(lines)

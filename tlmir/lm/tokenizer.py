@@ -55,7 +55,7 @@ class OptionRecorder(Decider):
             if opt not in counts:
                 counts[opt] = 0
                 self.new += 1
-                q, a = decision_words(question, opt, version=self.version)
+                q, a = decision_words(question, opt, version=self.version, options=options)
                 self.words.update(q)
                 self.words.update(a)
         if question.startswith("tile "):  # every factorization is recorded already
