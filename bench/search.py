@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/search.py [--budgets 64,1000] [--strategies evolutionary,random]
                                      [--db-dir runs/bench] [--report-only] [--json out.json]
+                                     [--workloads conv2d,matmul]
 
 Tuning appends to one records DB per strategy under --db-dir, so an interrupted run
 resumes where it stopped; budgets run in increasing order, so the 64-measurement
@@ -42,10 +43,10 @@ WORKLOADS = {
 }
 
 
-def tune_all(budgets, strategies, db_dir) -> None:
+def tune_all(budgets, strategies, db_dir, workloads) -> None:
     for k in budgets:
         for strategy in strategies:
-            for name, make in WORKLOADS.items():
+            for name, make in workloads.items():
                 t0 = time.time()
                 res = tune(Task.from_op(make(), name=name), trials=k, strategy=strategy,
                            db=os.path.join(db_dir, f"{strategy}.db"), progress=False)
@@ -76,10 +77,10 @@ def space_throughput(op, seconds: float = 3.0) -> dict:
     return out
 
 
-def report(budgets, strategies, db_dir) -> list[dict]:
+def report(budgets, strategies, db_dir, workloads) -> list[dict]:
     hw_key = host_hardware().key
     rows = []
-    for name, make in WORKLOADS.items():
+    for name, make in workloads.items():
         op = make()
         task = Task.from_op(op, name=name)
         row = {"workload": name, "gflop": op.flops / 1e9}
@@ -120,13 +121,16 @@ def main() -> None:
     p.add_argument("--db-dir", default="runs/bench")
     p.add_argument("--report-only", action="store_true")
     p.add_argument("--json")
+    p.add_argument("--workloads", help="comma-separated name prefixes (default: all six)")
     a = p.parse_args()
+    prefixes = a.workloads.split(",") if a.workloads else [""]
+    workloads = {n: f for n, f in WORKLOADS.items() if any(n.startswith(x) for x in prefixes)}
     budgets = [int(b) for b in a.budgets.split(",")]
     strategies = a.strategies.split(",")
     os.makedirs(a.db_dir, exist_ok=True)
     if not a.report_only:
-        tune_all(budgets, strategies, a.db_dir)
-    rows = report(budgets, strategies, a.db_dir)
+        tune_all(budgets, strategies, a.db_dir, workloads)
+    rows = report(budgets, strategies, a.db_dir, workloads)
     thr = space_throughput(ops.matmul(1024, 1024, 1024))
     print("space throughput (matmul 1024^3, per second): " +
           ", ".join(f"{k} {v:.1f}" for k, v in thr.items()))

@@ -64,6 +64,21 @@ def test_mutation_changes_exactly_one_answer_when_possible():
     assert [d[0] for d in diff] == [q]
 
 
+def test_tile_mutation_moves_one_factor_between_two_levels():
+    op = ops.matmul(64, 64, 64)
+    space = SearchSpace(op.outputs, HW2)
+    rng = random.Random(5)
+    for _ in range(20):
+        _, trace = space.sample(rng)
+        q, old = next((q, a) for q, a in trace.decisions if q.startswith("tile "))
+        _, mutated = space.apply(trace.sketch, MutateDecider(trace, rng, question=q))
+        new = mutated.answers()[q]
+        changed = [(x, y) for x, y in zip(old, new) if x != y]
+        assert len(changed) == 2, (old, new)
+        (a, b), (c, d) = changed
+        assert a * c == b * d and (b % a == 0 or a % b == 0)
+
+
 def test_bad_traces_are_rejected():
     op = ops.matmul(64, 64, 64)
     space = SearchSpace(op.outputs, HW2)
