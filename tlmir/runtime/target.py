@@ -8,6 +8,8 @@ import functools
 import os
 from dataclasses import asdict, dataclass
 
+from ..errors import ScheduleError
+
 
 @dataclass(frozen=True)
 class HardwareParams:
@@ -39,10 +41,16 @@ class SearchParams:
                                        # many smaller rounds, so its cost model ranks from round two
     eps_greedy: float = 0.05
     mutation_prob: float = 0.85
+    tile_mutation: str = "move"        # "move": one factor between two levels (Ansor); "redraw": any tile
     evolution_iters: int = 4
     cutoff_factor: float = 5.0         # candidates this much slower than the best are timed once
     scheduler_optimism: float = 0.2    # task scheduler: weight of the untried-potential term
     tlm_temperature: float = 1.0       # sampling temperature of the tlm strategies (first program: greedy)
+
+    def __post_init__(self):
+        if self.tile_mutation not in ("move", "redraw"):
+            raise ScheduleError(f"SearchParams.tile_mutation must be 'move' or 'redraw', "
+                                f"got {self.tile_mutation!r}")
 
 
 def _cache_kb(level: int, default: int) -> int:

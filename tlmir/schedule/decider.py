@@ -122,20 +122,24 @@ def tile_neighbors(old: tuple, options: list) -> list:
 class MutateDecider(ReplayDecider):
     """Replays a trace but redraws the answer to one question (evolutionary mutation).
     `question=None` picks one at random among the trace's questions. A tile answer moves
-    one factor between two levels (Ansor's tile-size mutation): a uniform redraw of a
+    one factor between two levels (Ansor's tile-size mutation; `move_tile_factors=False`
+    redraws it instead): a uniform redraw of a
     4-level tile throws away the good levels with the bad one, so evolution could not
     climb (on a 3x3 conv it stayed at half of what random search found)."""
 
-    def __init__(self, trace: Trace, rng: random.Random | int | None = None, question: str | None = None):
+    def __init__(self, trace: Trace, rng: random.Random | int | None = None, question: str | None = None,
+                 move_tile_factors: bool = True):
         super().__init__(trace)
         self.rng = rng if isinstance(rng, random.Random) else random.Random(rng)
+        self.move_tile_factors = move_tile_factors
         names = [q for q, _ in trace.decisions]
         self.target = question if question is not None else (self.rng.choice(names) if names else None)
 
     def _decide(self, question: str, options: list) -> Any:
         old = self.recorded.get(question)
         if question == self.target or old not in options:
-            others = ((tile_neighbors(old, options) if isinstance(old, tuple) and old in options else [])
-                      or [o for o in options if o != old] or options)
+            moves = (tile_neighbors(old, options)
+                     if self.move_tile_factors and isinstance(old, tuple) and old in options else [])
+            others = moves or [o for o in options if o != old] or options
             return others[self.rng.randrange(len(others))]
         return old

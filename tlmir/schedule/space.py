@@ -283,4 +283,5 @@ class SearchSpace:
         return self.apply(trace.sketch, ReplayDecider(trace))[0]
 
     def mutate(self, trace: Trace, rng: random.Random) -> tuple[Schedule, Trace]:
-        return self.apply(trace.sketch, MutateDecider(trace, rng))
+        return self.apply(trace.sketch, MutateDecider(trace, rng,
+                                                      move_tile_factors=self.sp.tile_mutation == "move"))
