@@ -76,3 +76,27 @@ def test_train_sft_from_a_demonstrations_file(tmp_path, capsys):
     assert main(["generate", "--model", str(tmp_path / "m"), "--op", "softmax", "--shape",
                  ",".join(map(str, task.outputs[0].shape)), "-n", "2", "--json"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["verified"] == 2
+
+
+def test_convert_rewrites_a_sentences_file_and_names_bad_lines(tmp_path, capsys):
+    import random
+
+    from tlmir.lm.language import parse_sentence, trace_to_sentence
+    from tlmir.lm.sample import read_sentences
+    from tlmir.schedule.space import SearchSpace
+    from tlmir.workloads import split_tasks
+    task = next(t for t in split_tasks("train") if t.name.startswith("softmax"))
+    space, rng, hw = SearchSpace(task.outputs), random.Random(1), host_hardware()
+    traces = [space.sample(rng)[1] for _ in range(3)]
+    src = tmp_path / "v2.jsonl"
+    src.write_text("".join(json.dumps({"key": task.key, "task": task.name,
+                                       "sentence": trace_to_sentence(task, hw, t, "v2")}) + "\n" for t in traces))
+    assert main(["convert", str(src), "--out", str(tmp_path / "v3.jsonl"), "--language", "v3"]) == 0
+    got = read_sentences(str(tmp_path / "v3.jsonl"))
+    assert [r["sentence"] for r in got] == [trace_to_sentence(task, hw, t, "v3") for t in traces]
+    assert [parse_sentence(r["sentence"])[2] for r in got] == traces
+    capsys.readouterr()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(src.read_text().replace(task.key, "0000000000000000", 1))
+    assert main(["convert", str(bad), "--out", str(tmp_path / "x.jsonl"), "--language", "v3"]) == 2
+    assert f"{bad}:1: task" in capsys.readouterr().err and not (tmp_path / "x.jsonl").exists()
