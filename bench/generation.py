@@ -64,7 +64,7 @@ def main() -> None:
     print(f"# model {a.model}: {sum(x.numel() for x in model.parameters()):,} parameters, "
           f"vocab {tok.vocab_size}, language {tok.version}")
     total = {m: 0 for m in MODES["both"]}
-    well = dict(total)
+    well, ok = dict(total), dict(total)
     for name, make in _tasks(a.tasks).items():
         task = make()
         gen = Generator(model, tok, hw, Sampling(a.temperature), seed=0)
@@ -87,13 +87,15 @@ def main() -> None:
             wf = sum(g.trace is not None for g in free)
             total[mode] += len(free)
             well[mode] += wf
+            ok[mode] += valid
             print(f"{name:<38} unmasked {mode} (T={a.temperature}): {wf}/{len(free)} well formed, {valid} valid")
             for g in free:
                 if g.trace is None:
                     print(f"    malformed: {g.error[:160]}")
     for mode in MODES[a.mode]:
-        print(f"all tasks, unmasked {mode}: {well[mode]}/{total[mode]} well formed "
-              f"({100.0 * well[mode] / max(total[mode], 1):.1f}%)")
+        n = max(total[mode], 1)
+        print(f"all tasks, unmasked {mode} (T={a.temperature}): {well[mode]}/{total[mode]} well formed "
+              f"({100.0 * well[mode] / n:.1f}%), {ok[mode]} valid ({100.0 * ok[mode] / n:.1f}%)")
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ def main() -> None:
         for label, sp in CONFIGS.items():
             for seed in seeds:
                 res = tune(task, trials=a.budget, strategy="evolutionary", seed=seed, sp=sp, progress=False)
-                row[f"{label}/{seed}"] = time_program(task, res.best_trace, 2)
+                row[f"{label}/{seed}"] = time_program(task, res.best_trace.to_json(), 2)
         out[name] = row
         cells = [f"{k} {op.flops / v / 1e9:6.1f}" for k, v in row.items() if v]
         geo = [row[f"redraw/{s}"] / row[f"move/{s}"] for s in seeds]  # time ratio = speedup of move

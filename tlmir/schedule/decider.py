@@ -55,7 +55,7 @@ class Trace:
             return cls(int(d["sketch"]), [(str(q), tuple(a) if isinstance(a, list) else a)
                                           for q, a in d["decisions"]])
         except (ValueError, KeyError, TypeError) as e:
-            raise ScheduleError(f"unreadable trace: {e}: {text[:80]!r}") from None
+            raise ScheduleError(f"unreadable trace: {e}: {str(text)[:80]!r}") from None
 
     def __str__(self) -> str:
         parts = [f"sketch {self.sketch}"]
