@@ -10,7 +10,7 @@ Task prompt (the ComputeDAG of the task's outputs, producers first):
         printed as one word (spaces removed: `p*2+rr`, `k//4*4+rc`).
 Hardware prompt: `hw cpu avx512 cores 2 vec 16 l1 48K l2 2048K`.
 Decisions, in trace order:
-    tile C.i 1024 = 256 32 16 1   a tile question: name, extent, `=`, then (v2) the extent
+    tile C.i 1024 = 256 32 16 1   a tile question: name, extent, `=`, then (v2, v3) the extent
                                   left after each factor, outermost first: the factors
                                   are 1024/256 = 4, 256/32 = 8, 32/16 = 2, 16/1 = 16
     at pad root conv.k.outer conv.p.outer = conv.k.outer
@@ -152,7 +152,7 @@ def _answer_word(answer: Any, question: str) -> str:
 
 
 def tile_words(factors: Sequence[int], version: str = VERSION) -> list[str]:
-    """A tile answer's words: the factors (v1), or the extent left after each (v2)."""
+    """A tile answer's words: the factors (v1), or the extent left after each (v2, v3)."""
     if version == "v1":
         return [str(f) for f in factors]
     left = 1
