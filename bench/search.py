@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/search.py [--budgets 64,1000] [--strategies evolutionary,random]
                                      [--db-dir runs/bench] [--report-only] [--json out.json]
-                                     [--workloads conv2d,matmul]
+                                     [--workloads conv2d,matmul] [--seed 0]
 
 Tuning appends to one records DB per strategy under --db-dir, so an interrupted run
 resumes where it stopped; budgets run in increasing order, so the 64-measurement
@@ -43,13 +43,13 @@ WORKLOADS = {
 }
 
 
-def tune_all(budgets, strategies, db_dir, workloads) -> None:
+def tune_all(budgets, strategies, db_dir, workloads, seed: int = 0) -> None:
     for k in budgets:
         for strategy in strategies:
             for name, make in workloads.items():
                 t0 = time.time()
                 res = tune(Task.from_op(make(), name=name), trials=k, strategy=strategy,
-                           db=os.path.join(db_dir, f"{strategy}.db"), progress=False)
+                           db=os.path.join(db_dir, f"{strategy}.db"), progress=False, seed=seed)
                 print(f"[tune] {strategy:<12} {name:<32} {res.measurements:5d} meas  "
                       f"{res.gflops:8.1f} GFLOP/s  ({time.time() - t0:6.1f} s this call)", flush=True)
 
@@ -122,6 +122,7 @@ def main() -> None:
     p.add_argument("--report-only", action="store_true")
     p.add_argument("--json")
     p.add_argument("--workloads", help="comma-separated name prefixes (default: all six)")
+    p.add_argument("--seed", type=int, default=0, help="search seed (use a fresh --db-dir per seed)")
     a = p.parse_args()
     prefixes = a.workloads.split(",") if a.workloads else [""]
     workloads = {n: f for n, f in WORKLOADS.items() if any(n.startswith(x) for x in prefixes)}
@@ -129,7 +130,7 @@ def main() -> None:
     strategies = a.strategies.split(",")
     os.makedirs(a.db_dir, exist_ok=True)
     if not a.report_only:
-        tune_all(budgets, strategies, a.db_dir, workloads)
+        tune_all(budgets, strategies, a.db_dir, workloads, a.seed)
     rows = report(budgets, strategies, a.db_dir, workloads)
     thr = space_throughput(ops.matmul(1024, 1024, 1024))
     print("space throughput (matmul 1024^3, per second): " +
