@@ -43,7 +43,7 @@ import re
 import statistics
 from typing import Any, Iterable, Sequence
 
-from ..errors import LanguageError
+from ..errors import LanguageError, TlmirError
 from ..ir.dag import ComputeDAG
 from ..ir.expr import TensorRead, walk
 from ..ir.printer import expr_str
@@ -165,8 +165,13 @@ def tile_words(factors: Sequence[int], version: str = VERSION) -> list[str]:
     return out
 
 
+def _writes_options(version: str) -> bool:
+    """Does `version` list the options of some questions (so writing it needs the task)?"""
+    return _version(version) not in ("v1", "v2")
+
+
 def _lists_options(question_words: list[str], version: str) -> bool:
-    return version not in ("v1", "v2") and question_words[0] in LISTED_KINDS
+    return _writes_options(version) and question_words[0] in LISTED_KINDS
 
 
 def decision_words(question: str, answer: Any, extent: int | None = None,
@@ -231,7 +236,6 @@ def trace_words(trace: Trace, version: str = VERSION, options: dict | None = Non
 
 def trace_options(task, hw: HardwareParams, trace: Trace) -> dict:
     """Question -> the options the space of `task` on `hw` offers it when `trace` replays."""
-    from ..errors import TlmirError
     from ..schedule.decider import ReplayDecider
     from ..schedule.space import SearchSpace
 
@@ -249,12 +253,10 @@ def trace_options(task, hw: HardwareParams, trace: Trace) -> dict:
     return seen
 
 
-def trace_to_sentence(task, hw: HardwareParams, trace: Trace, version: str = VERSION,
-                      options: dict | None = None) -> str:
+def trace_to_sentence(task, hw: HardwareParams, trace: Trace, version: str = VERSION) -> str:
     """The sentence of a trace of `task` on `hw`, in language `version` (v3 replays the
-    trace to learn its options unless `options` are given)."""
-    if options is None and _version(version) not in ("v1", "v2"):
-        options = trace_options(task, hw, trace)
+    trace to learn its options)."""
+    options = trace_options(task, hw, trace) if _writes_options(version) else None
     return " ".join(prefix_words(task, hw, version) + trace_words(trace, version, options) + [EOS])
 
 
@@ -393,7 +395,7 @@ def convert_sentence(sentence, version: str = VERSION, task=None, hw: HardwarePa
     needs the `task` and `hw` it was written for (to replay the trace for its options)."""
     _, prompt, trace = parse_sentence(sentence)
     options = None
-    if _version(version) not in ("v1", "v2"):
+    if _writes_options(version):
         if task is None or hw is None:
             raise LanguageError(f"converting a sentence into {version} needs its task and hardware "
                                 f"(the options of its questions come from replaying the trace)")
@@ -420,7 +422,7 @@ def sentence_lengths(tasks: Iterable, hw: HardwareParams, n_per_task: int = 4, s
         traces = [space.sample(rng)[1] for _ in range(n_per_task)]
         if every_sketch:
             traces += [space.apply(k, RandomDecider(rng))[1] for k in range(len(space.sketches))]
-        listed = _version(version) not in ("v1", "v2")
+        listed = _writes_options(version)
         out += [prefix + len(trace_words(t, version, trace_options(task, hw, t) if listed else None)) + 1
                 for t in traces]
     return out
