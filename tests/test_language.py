@@ -84,18 +84,24 @@ def test_decision_words():
     assert decision_words("tile C.i", (4, 8, 2, 16), version="v1")[1] == "4 8 2 16".split()
     assert decision_words("tile C.i", (4, 8), extent=32)[0] == "tile C.i 32 =".split()
     assert decision_words("at pad", "conv.k.outer", version="v2") == (["at", "pad", "="], ["conv.k.outer"])
-    assert decision_words("at pad", "conv.k.outer", options=["root", "conv.k.outer"]) == (
+    assert decision_words("at pad", "conv.k.outer", options=["root", "conv.k.outer"], version="v3") == (
         ["at", "pad", "root", "conv.k.outer", "="], ["conv.k.outer"])
+    # v4: the options of `at` are numbered and the answer is the number
+    assert decision_words("at pad", "conv.k.outer", options=["root", "conv.k.outer"]) == (
+        "at pad 1 root 2 conv.k.outer =".split(), ["2"])
+    assert answer_words("at pad", ["root", "inline", "conv.k.outer"]) == [["1"], ["2"], ["3"]]
+    assert answer_words("at pad", ["root", "inline"], "v3") == [["root"], ["inline"]]
     assert decision_words("parallel C", 2, options=[1, 2, 3]) == ("parallel C 1 2 3 =".split(), ["2"])
     with pytest.raises(LanguageError, match="not given"):
         decision_words("at pad", "conv.k.outer")
     with pytest.raises(LanguageError, match="not among its options"):
         decision_words("parallel C", 4, options=[1, 2, 3])
     assert decision_words("unroll C", 512) == (["unroll", "C", "="], ["512"])
-    assert answer_words([(1, 4), (2, 2), "root", 16]) == [["4", "1"], ["2", "1"], ["root"], ["16"]]
-    assert answer_words([(1, 4), (2, 2)], "v1") == [["1", "4"], ["2", "2"]]
+    assert answer_words("tile C.i", [(1, 4), (2, 2)]) == [["4", "1"], ["2", "1"]]
+    assert answer_words("tile C.i", [(1, 4), (2, 2)], "v1") == [["1", "4"], ["2", "2"]]
+    assert answer_words("unroll C", [0, 16]) == [["0"], ["16"]]
     with pytest.raises(LanguageError, match="unknown tensor-language version 'v9'"):
-        answer_words([(1, 4)], "v9")
+        answer_words("tile C.i", [(1, 4)], "v9")
     with pytest.raises(LanguageError, match="multiplies to 8, not the extent 32"):
         decision_words("tile C.i", (4, 2), extent=32)
     with pytest.raises(LanguageError, match="not of a kind"):
@@ -165,7 +171,7 @@ def test_tile_chains_of_v2():
 
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda s: s.replace(f"<s> {VERSION} ", "<s> v0 ", 1), "sentence is version v0, this tlmir speaks v1, v2, v3"),
+    (lambda s: s.replace(f"<s> {VERSION} ", "<s> v0 ", 1), "sentence is version v0, this tlmir speaks v1, v2, v3, v4"),
     (lambda s: s.replace(f"<s> {VERSION} ", "<s> ", 1), "no version word"),
     (lambda s: s[len("<s> "):], "does not start with <s>"),
     (lambda s: s[:-len(" </s>")], "does not end with </s>"),
@@ -189,6 +195,29 @@ def test_malformed_sentences_are_refused(edit, message):
     assert bad != sentence
     with pytest.raises(LanguageError, match=message):
         sentence_to_trace(bad)
+
+
+def _at_sentence(version=VERSION):
+    task, space = op_task("avg_pool2d")
+    _, trace = space.apply(0, RandomDecider(1))
+    return trace_to_sentence(task, HW, trace, version)
+
+
+def test_numbered_options_of_v4():
+    sentence = _at_sentence()
+    assert " at sum 1 root 2 out.n 3 out.c 4 out.p 5 out.q.outer = 4 " in sentence
+    assert " at sum root out.n out.c out.p out.q.outer = out.p " in _at_sentence("v3")
+    trace = sentence_to_trace(sentence)
+    assert ("at sum", "out.p") in trace.decisions and trace == sentence_to_trace(_at_sentence("v3"))
+    cases = [(" 5 out.q.outer = 4 ", " 5 out.q.outer = 6 ", "answers '6', not the number of one of the 5 options"),
+             (" 5 out.q.outer = 4 ", " 5 out.q.outer = out.p ", "answers 'out.p', not the number"),
+             (" 5 out.q.outer = 4 ", " 5 out.q.outer = 0 ", "not the number of one of the 5"),
+             (" at sum 1 root 2 out.n ", " at sum 1 root 3 out.n ", "must number its options 1 2 3"),
+             (" at sum 1 root 2 out.n ", " at sum root 2 out.n ", "must number its options 1 2 3")]
+    for old, new, message in cases:
+        assert old in sentence
+        with pytest.raises(LanguageError, match=message):
+            sentence_to_trace(sentence.replace(old, new, 1))
 
 
 def test_language_error_is_a_tlmir_error():
@@ -280,7 +309,7 @@ def test_a_tokenizer_speaks_one_version(op_tasks):
     assert v1.version == "v1" and v1.covers(_sentence("v1").split()) == []
     assert "v2" not in v1.covers(["v2"]) or v1.id("v2") == v1.unk_id
     assert build_tokenizer(op_tasks[:1], HW, sentences=[_sentence("v1")]).version == "v1"
-    assert build_tokenizer(op_tasks[:1], HW).version == VERSION == "v3"
+    assert build_tokenizer(op_tasks[:1], HW).version == VERSION == "v4"
     with pytest.raises(LanguageError, match="versions v1, v2 cannot share one tokenizer"):
         build_tokenizer(op_tasks[:1], HW, sentences=[_sentence("v1"), _sentence("v2")])
     with pytest.raises(LanguageError, match="holds 2 version words"):

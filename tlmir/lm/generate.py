@@ -63,7 +63,7 @@ class LMDecider(Decider):
     def _decide(self, question: str, options: list):
         tok = self.batcher.tok
         qwords, _ = decision_words(question, options[0], self._extent, tok.version, options)
-        req = _Request(tok.encode(qwords), [tok.encode(w) for w in answer_words(options, tok.version)])
+        req = _Request(tok.encode(qwords), [tok.encode(w) for w in answer_words(question, options, tok.version)])
         self.batcher.submit(self.row, req)
         if req.choice < 0:
             raise LanguageError(f"question {question!r}: the model answered "

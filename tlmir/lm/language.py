@@ -1,6 +1,6 @@
 """The tensor language: a schedule trace written as one sentence of words.
 
-    <s> v2 task <task prompt> hw <hardware prompt> sketch <id> <decisions> </s>
+    <s> v4 task <task prompt> hw <hardware prompt> sketch <id> <decisions> </s>
 
 Task prompt (the ComputeDAG of the task's outputs, producers first):
     input A 1024 1024                                  a placeholder and its shape
@@ -10,13 +10,16 @@ Task prompt (the ComputeDAG of the task's outputs, producers first):
         printed as one word (spaces removed: `p*2+rr`, `k//4*4+rc`).
 Hardware prompt: `hw cpu avx512 cores 2 vec 16 l1 48K l2 2048K`.
 Decisions, in trace order:
-    tile C.i 1024 = 256 32 16 1   a tile question: name, extent, `=`, then (v2, v3) the extent
+    tile C.i 1024 = 256 32 16 1   a tile question: name, extent, `=`, then (v2+) the extent
                                   left after each factor, outermost first: the factors
                                   are 1024/256 = 4, 256/32 = 8, 32/16 = 2, 16/1 = 16
     at pad root conv.k.outer conv.p.outer = conv.k.outer
-                                  (v3) a question whose options depend on earlier answers
+                                  (v3+) a question whose options depend on earlier answers
                                   (compute location `at`, fused-loop count `parallel`)
                                   lists them before `=`; the answer is one of them
+    at pad 1 root 2 conv.k.outer 3 conv.p.outer = 2
+                                  (v4) the same for `at`, but its options are numbered
+                                  and the answer is a number
     parallel C 1 2 3 = 3   vec C = 1   unroll C = 512
                                   any other question: its words, `=`, one answer word
 
@@ -27,9 +30,12 @@ reliably (docs/architecture.md). v2 did not say which loops a stage may be compu
 how many outer loops may be fused in parallel: those depend on earlier answers, and a
 small model guessed loop names that do not exist (3 in 4 of its answers outside the
 space). v3 lists the options of those questions in the question, so answering is
-choosing among words in view. All three are read and written; new sentences and
-tokenizers are v3 (writing one needs the task, to replay the trace and learn its
-options), and a model speaks the version of its tokenizer. A sentence of any other
+choosing among words in view. A small model still half-learned to copy a loop name
+from the list (half of its v3 errors named a loop of another stage); v4 numbers the
+options of `at` and answers with the number, so the answer is always a small int next
+to the option it picks. All four are read and written; new sentences and tokenizers
+are v4 (writing v3 or v4 needs the task, to replay the trace and learn its options),
+and a model speaks the version of its tokenizer. A sentence of any other
 version is refused, never silently mixed in.
 
 Every word is one token of a word-level vocabulary (tlmir.lm.tokenizer). Answers parse
@@ -51,9 +57,10 @@ from ..ir.tensor import ComputeOp
 from ..runtime.target import HardwareParams
 from ..schedule.decider import Trace
 
-VERSIONS = ("v1", "v2", "v3")
-VERSION = "v3"  # what new sentences and tokenizers are written in
-LISTED_KINDS = ("at", "parallel")  # v3: questions that list their options
+VERSIONS = ("v1", "v2", "v3", "v4")
+VERSION = "v4"  # what new sentences and tokenizers are written in
+LISTED_KINDS = ("at", "parallel")  # v3, v4: questions that list their options
+NUMBERED_KINDS = ("at",)  # v4: questions whose listed options are numbered, answered by number
 BOS, EOS = "<s>", "</s>"
 QUESTION_KEYWORDS = ("tile", "at", "parallel", "vec", "unroll")
 STRUCTURAL_WORDS = (BOS, EOS, *VERSIONS, "task", "hw", "sketch", "stage", "input", "read",
@@ -152,7 +159,7 @@ def _answer_word(answer: Any, question: str) -> str:
 
 
 def tile_words(factors: Sequence[int], version: str = VERSION) -> list[str]:
-    """A tile answer's words: the factors (v1), or the extent left after each (v2, v3)."""
+    """A tile answer's words: the factors (v1), or the extent left after each (v2 and later)."""
     if version == "v1":
         return [str(f) for f in factors]
     left = 1
@@ -174,12 +181,17 @@ def _lists_options(question_words: list[str], version: str) -> bool:
     return _writes_options(version) and question_words[0] in LISTED_KINDS
 
 
+def _numbers_options(question_words: list[str], version: str) -> bool:
+    """Are the listed options of this question numbered, and answered by their number (v4)?"""
+    return _version(version) not in ("v1", "v2", "v3") and question_words[0] in NUMBERED_KINDS
+
+
 def decision_words(question: str, answer: Any, extent: int | None = None,
                    version: str = VERSION, options: Sequence | None = None) -> tuple[list[str], list[str]]:
     """(question words ending with '=', answer words) of one decision.
 
     A tile question's words carry the extent (the product of the answer when `extent`
-    is None); its answer words are `tile_words`. Any other answer is one word; in v3 the
+    is None); its answer words are `tile_words`. Any other answer is one word; from v3 the
     words of an `at` / `parallel` question end with its `options`, which must be given."""
     qwords = _question_words(question)
     if _lists_options(qwords, _version(version)):
@@ -190,6 +202,9 @@ def decision_words(question: str, answer: Any, extent: int | None = None,
         word = _answer_word(answer, question)
         if word not in listed:
             raise LanguageError(f"answer {answer!r} to {question!r} is not among its options {listed}")
+        if _numbers_options(qwords, version):
+            numbered = [w for i, o in enumerate(listed, 1) for w in (str(i), o)]
+            return qwords + numbered + ["="], [str(listed.index(word) + 1)]
         return qwords + listed + ["="], [word]
     if qwords[0] == "tile":
         if not isinstance(answer, (tuple, list)) or not answer or not all(
@@ -207,22 +222,23 @@ def decision_words(question: str, answer: Any, extent: int | None = None,
     return qwords + ["="], [_answer_word(answer, question)]
 
 
-def answer_words(options: Sequence, version: str = VERSION) -> list[list[str]]:
-    """Each option of a question as its answer words (for constrained decoding)."""
-    _version(version)
+def answer_words(question: str, options: Sequence, version: str = VERSION) -> list[list[str]]:
+    """Each option of `question` as its answer words (for constrained decoding)."""
+    if _numbers_options(_question_words(question), version):
+        return [[str(i)] for i in range(1, len(options) + 1)]
     out = []
     for o in options:
         if isinstance(o, (tuple, list)):
             out.append(tile_words(o, version))
         else:
-            out.append([_answer_word(o, "a question")])
+            out.append([_answer_word(o, question)])
     return out
 
 
 # ------------------------------------------------------------------------ sentences
 
 def trace_words(trace: Trace, version: str = VERSION, options: dict | None = None) -> list[str]:
-    """`<id> <decisions>` (the words between `sketch` and `</s>`); v3 needs `options`
+    """`<id> <decisions>` (the words between `sketch` and `</s>`); v3 and v4 need `options`
     (question -> the options the space offered, see `trace_options`)."""
     if isinstance(trace.sketch, bool) or not isinstance(trace.sketch, int) or trace.sketch < 0:
         raise LanguageError(f"sketch id {trace.sketch!r} must be a non-negative int")
@@ -254,7 +270,7 @@ def trace_options(task, hw: HardwareParams, trace: Trace) -> dict:
 
 
 def trace_to_sentence(task, hw: HardwareParams, trace: Trace, version: str = VERSION) -> str:
-    """The sentence of a trace of `task` on `hw`, in language `version` (v3 replays the
+    """The sentence of a trace of `task` on `hw`, in language `version` (v3, v4 replay the
     trace to learn its options)."""
     options = trace_options(task, hw, trace) if _writes_options(version) else None
     return " ".join(prefix_words(task, hw, version) + trace_words(trace, version, options) + [EOS])
@@ -345,7 +361,7 @@ def _parse_decisions(w: list[str], offset: int, version: str) -> list:
         head = w[p:p + qlen]
         eq = p + qlen                     # where '=' must be
         listed = None
-        if _lists_options([kw], version):  # v3: the options come before '='
+        if _lists_options([kw], version):  # v3+: the options come before '='
             while eq < n and w[eq] != "=" and w[eq] not in RESERVED_WORDS:
                 eq += 1
             listed = w[p + qlen:eq]
@@ -357,6 +373,9 @@ def _parse_decisions(w: list[str], offset: int, version: str) -> list:
         if listed == []:
             raise LanguageError(f"{where}: {version} question {_show(w[p:eq + 1], 8)!r} lists no "
                                 f"options before '='")
+        numbered = listed is not None and _numbers_options([kw], version)
+        if numbered:
+            listed = _numbered_options(listed, f"{kw} {head[1] if len(head) > 1 else ''}", where)
         name = head[1]
         if name in _FORBIDDEN_NAMES:
             raise LanguageError(f"{where}: question {kw!r} names a reserved word {name!r}")
@@ -377,12 +396,25 @@ def _parse_decisions(w: list[str], offset: int, version: str) -> list:
             if word in RESERVED_WORDS or word in _FORBIDDEN_NAMES:
                 raise LanguageError(f"{where}: decision {question!r} has no answer after '=' "
                                     f"(got the reserved word {word!r})")
-            if listed is not None and word not in listed:
+            if numbered:
+                if not _is_int(word) or not 1 <= int(word) <= len(listed):
+                    raise LanguageError(f"{where}: {question!r} answers {word!r}, not the number of "
+                                        f"one of the {len(listed)} options it lists")
+                word = listed[int(word) - 1]
+            elif listed is not None and word not in listed:
                 raise LanguageError(f"{where}: {question!r} answers {word!r}, not one of the "
                                     f"options it lists ({' '.join(listed)})")
             decisions.append((question, int(word) if _is_int(word) else word))
             p = a + 1
     return decisions
+
+
+def _numbered_options(listed: list[str], question: str, where: str) -> list[str]:
+    """The options of a v4 numbered list `1 a 2 b ...`, or a LanguageError."""
+    if len(listed) % 2 or any(listed[i] != str(i // 2 + 1) for i in range(0, len(listed), 2)):
+        raise LanguageError(f"{where}: {question!r} must number its options 1 2 3 ... in order "
+                            f"(`1 <option> 2 <option> ...`), got {_show(listed, 8)!r}")
+    return listed[1::2]
 
 
 def sentence_to_trace(sentence) -> Trace:
@@ -391,7 +423,7 @@ def sentence_to_trace(sentence) -> Trace:
 
 
 def convert_sentence(sentence, version: str = VERSION, task=None, hw: HardwareParams | None = None) -> str:
-    """The same sentence (prompt and trace) written in language `version`; into v3 it
+    """The same sentence (prompt and trace) written in language `version`; into v3 or v4 it
     needs the `task` and `hw` it was written for (to replay the trace for its options)."""
     _, prompt, trace = parse_sentence(sentence)
     options = None
