@@ -359,3 +359,58 @@ def test_parallel_kernel_in_forked_child():
         os._exit(0 if np.array_equal(got, out) else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+# ---------------------------------------------------------------- reduction loops as SIMD
+
+@pytest.mark.parametrize("combine", ["sum", "max", "min"])
+@pytest.mark.parametrize("cols", [3, 16, 50, 64, 128, 200, 768])  # scalar / one body / partials + tail
+@pytest.mark.parametrize("kind", ["serial", "unrolled", "vectorized"])
+def test_row_reduction_loop_is_vectorized(combine, cols, kind):
+    """`for k: acc = acc op f(k)` with f contiguous: vector partials + a shuffle tree, the
+    accumulator's initial value kept (it is combined once at the end)."""
+    rows = 3
+    A, O = Buffer("A", (rows, cols), "float32"), Buffer("O", (rows,), "float32")
+    i, k = Var("i"), Var("k")
+    x = Load(A, i * cols + k) * Const(2.0, "float32")  # an expression, not only a load
+    acc = Load(O, i)
+    new = {"sum": acc + x, "max": Max(acc, x), "min": Min(x, acc)}[combine]
+    f = PrimFunc(f"red_{combine}_{cols}_{kind}", [A, O],
+                 loop(i, rows, "serial", loop(k, cols, kind, Store(O, i, new))))
+    if cols >= 4:
+        assert "shufflevector" in emit_module(f)
+    a = RNG.standard_normal((rows, cols)).astype(np.float32)
+    out = np.full(rows, 0.5, np.float32)
+    compile_func(f)(a, out)
+    ref = {"sum": lambda: 0.5 + (2 * a.astype(np.float64)).sum(1),
+           "max": lambda: np.maximum(0.5, 2 * a.max(1)),
+           "min": lambda: np.minimum(0.5, 2 * a.min(1))}[combine]()
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_reduction_loop_with_strided_source_stays_scalar():
+    """A column sum (stride 8 in k) would need gathers: left to the serial loop."""
+    A, O = Buffer("A", (8, 8), "float32"), Buffer("O", (8,), "float32")
+    j, k = Var("j"), Var("k")
+    f = PrimFunc("colsum", [A, O], loop(j, 8, "serial", loop(k, 8, "serial",
+                 Store(O, j, Load(O, j) + Load(A, k * 8 + j)))))
+    assert "shufflevector" not in emit_module(f)
+    a = RNG.random((8, 8), dtype=np.float32)
+    out = np.zeros(8, np.float32)
+    compile_func(f)(a, out)
+    np.testing.assert_allclose(out, a.sum(0), rtol=1e-5)
+
+
+def test_division_by_lane_invariant_value_is_a_reciprocal_multiply():
+    """x / s[i] in a vector loop: one scalar division per vector, no vector divide."""
+    n = 64
+    A, S_, O = Buffer("A", (4, n), "float32"), Buffer("S", (4,), "float32"), Buffer("O", (4, n), "float32")
+    i, j = Var("i"), Var("j")
+    body = Store(O, i * n + j, Load(A, i * n + j) / Load(S_, i))
+    k = compile_func(PrimFunc("divrow", [A, S_, O], loop(i, 4, "serial", loop(j, n, "vectorized", body))))
+    assert "vdivps" not in k.assembly
+    a = RNG.random((4, n), dtype=np.float32)
+    s = RNG.random(4, dtype=np.float32) + 0.5
+    out = np.zeros((4, n), np.float32)
+    k(a, s, out)
+    np.testing.assert_allclose(out, a / s[:, None], rtol=1e-6)

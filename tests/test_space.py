@@ -108,3 +108,49 @@ def test_random_traces_of_workload_tasks_compile_and_match():
         tlmir.build(sch, task.args)(*ins, *outs)
         for got, want in zip(outs, task.reference_outputs(ins)):
             np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3, err_msg=f"{task.name}: {trace}")
+
+
+def test_stage_with_several_readers_can_be_computed_in_their_common_parent():
+    """softmax's `exp` (read by `sum` and `out`) may be computed per row inside `out` once
+    `sum` is attached there (Ansor's GetSingleConsumerId): one pass, one parallel loop."""
+    op = ops.softmax(64, 32)
+    space = SearchSpace(op.outputs, HW2)
+    rng = random.Random(3)
+    ins = op.random_inputs(0)
+    want = op.run_reference(*ins)
+    seen = 0
+    for _ in range(400):
+        sch, trace = space.sample(rng)
+        answers = dict(trace.decisions)
+        if answers.get("at sum", "").startswith("out.") and answers.get("at exp", "").startswith("out."):
+            seen += 1
+            outs = op.empty_outputs()
+            tlmir.build(sch, op.args)(*ins, *outs)
+            np.testing.assert_allclose(outs[0], want[0], rtol=1e-4, atol=1e-5, err_msg=str(trace))
+            if seen == 5:
+                break
+    assert seen == 5
+
+
+@pytest.mark.parametrize("sketch", [20, 22, 26])  # layernorm: var rfactor'ed (0 / 1) or plain
+def test_producer_of_an_attached_chain_is_computed_per_row_correctly(sketch):
+    """layernorm's `mean` is read by `var.rf` (attached in `var`, attached in `out`) and by
+    `out`: it may be computed at `out`'s loops; every such program must still be right."""
+    op = ops.layernorm(16, 64)
+    space = SearchSpace(op.outputs, HW2)
+    rng = random.Random(sketch)
+    ins = op.random_inputs(0)
+    want = op.run_reference(*ins)
+    seen = 0
+    for _ in range(300):
+        from tlmir.schedule.decider import RandomDecider
+        sch, trace = space.apply(sketch, RandomDecider(rng))
+        if not dict(trace.decisions).get("at mean", "root").startswith("out."):
+            continue
+        seen += 1
+        outs = op.empty_outputs()
+        tlmir.build(sch, op.args)(*ins, *outs)
+        np.testing.assert_allclose(outs[0], want[0], rtol=1e-4, atol=1e-4, err_msg=str(trace))
+        if seen == 4:
+            break
+    assert seen == 4

@@ -52,6 +52,15 @@ def risky(e: E.Expr) -> bool:
     return False
 
 
+def is_reduce_update(s: S.Store) -> bool:
+    """Is `s` a float reduction update `buf[i] = buf[i] + x` (or `x + buf[i]`, or `*`)?"""
+    v = s.value
+    if not isinstance(v, (E.Add, E.Mul)) or not E.is_float(v.dtype):
+        return False
+    return any(isinstance(o, E.Load) and o.buffer is s.buffer and E.same(o.index, s.index)
+               for o in (v.a, v.b))
+
+
 def can_vectorize(body: S.Stmt, var: E.Var) -> bool:
     """Can `body` run with `var` as an explicit SIMD vector? Nested loops and allocations
     have no vector form here, a lane-dependent `if` would need predicated stores, and a

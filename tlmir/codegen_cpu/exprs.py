@@ -26,6 +26,12 @@ _TYPES = {"float16": ir.HalfType(), "float32": ir.FloatType(), "float64": ir.Dou
 _SIZES = {"float16": 2, "float32": 4, "float64": 8, "int8": 1, "int32": 4, "int64": 8, "bool": 1}
 _MANGLE = {"half": "f16", "float": "f32", "double": "f64", "ptr": "p0"}
 FLOAT_FLAGS = ("contract",)  # lets the backend fuse a*b+c into FMA, nothing more
+# The combine of a reduction update (`acc[i] = acc[i] + x`): the order of a sum is not part
+# of its meaning, so LLVM may keep several partial sums (vectorize / interleave the loop,
+# build a shuffle tree for a horizontal sum) instead of one latency-bound chain.
+REDUCE_FLAGS = ("reassoc", "contract")
+# Division: `arcp` lets LLVM multiply by a reciprocal computed once for a repeated divisor.
+DIV_FLAGS = ("arcp",)
 
 
 def value_type(dtype: str) -> ir.Type:
@@ -96,6 +102,7 @@ class ExprEmitter:
         self.lanes: Lanes | None = None
         self.guard: ir.Value | None = None  # i1 / <L x i1>: the loads being emitted may run only where true
         self._index_math = False  # inside an index: integer arithmetic cannot overflow (nsw)
+        self._reduce_update = False  # emitting the combine of a reduction update
 
     # ------------------------------------------------------------ values and types
 
@@ -174,6 +181,14 @@ class ExprEmitter:
 
     # ------------------------------------------------------------ expressions
 
+    def reduce_value(self, e: E.Expr) -> ir.Value:
+        """The value of a reduction update: its top-level combine may be reassociated."""
+        self._reduce_update = True
+        try:
+            return self.expr(e)
+        finally:
+            self._reduce_update = False
+
     def expr(self, e: E.Expr) -> ir.Value:
         if isinstance(e, E.Const):
             return self.const(e.value, e.dtype)
@@ -244,8 +259,17 @@ class ExprEmitter:
             b = self._maybe_guarded(e.b, lambda: a if isinstance(e, E.And) else self.not_(a))
             a, b = self.match(a, self.convert(b, e.b.dtype, "bool"))
             return self.b.and_(a, b) if isinstance(e, E.And) else self.b.or_(a, b)
-        a, b = self.match(self.expr(e.a), self.expr(e.b))
+        reduce_update, self._reduce_update = self._reduce_update, False
+        a, b = self.expr(e.a), self.expr(e.b)
+        if (isinstance(e, E.Div) and E.is_float(dt) and lanes_of(a) and not lanes_of(b)):
+            # a lane-invariant divisor: one scalar reciprocal, then a vector multiply
+            # (a vector divide is 10-20x the cost of a multiply)
+            return self.b.fmul(a, self.splat(self.b.fdiv(self.const(1.0, dt), b), lanes_of(a)),
+                               flags=FLOAT_FLAGS)
+        a, b = self.match(a, b)
         if E.is_float(dt):
+            if reduce_update and isinstance(e, (E.Add, E.Mul)):
+                return (self.b.fadd if isinstance(e, E.Add) else self.b.fmul)(a, b, flags=REDUCE_FLAGS)
             return self._float_binary(e, a, b)
         return self._int_binary(e, a, b, dt)
 
@@ -258,7 +282,7 @@ class ExprEmitter:
         if isinstance(e, E.Mul):
             return bd.fmul(a, b, flags=FLOAT_FLAGS)
         if isinstance(e, E.Div):
-            return bd.fdiv(a, b)
+            return bd.fdiv(a, b, flags=DIV_FLAGS)
         if isinstance(e, (E.FloorDiv, E.FloorMod)):
             q = self.intrinsic("floor", bd.fdiv(a, b))
             return q if isinstance(e, E.FloorDiv) else bd.fsub(a, bd.fmul(q, b))

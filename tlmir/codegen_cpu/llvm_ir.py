@@ -21,7 +21,8 @@ from llvmlite import ir
 from ..errors import BuildError
 from ..ir import expr as E
 from ..ir import stmt as S
-from .analysis import can_vectorize, captures, stride
+from .analysis import can_vectorize, captures, is_reduce_update, stride
+from .reduction import emit_reduce_loop, match_reduce_loop
 from .exprs import I32, I64, PTR, VOID, ExprEmitter, Lanes, ModuleContext, elem_size, mem_type
 
 ALLOCA_LIMIT = 256 * 1024  # bytes; larger local buffers go to the heap, not the stack
@@ -71,8 +72,9 @@ class FuncEmitter(ExprEmitter):
             raise BuildError(f"{self.fname}: storing a {s.value.dtype} value into {dt} buffer "
                              f"'{buf.name}' (`{buf.name}[{s.index}] = {s.value}`)")
         ptr, align, bd = self.buffer(buf), elem_size(dt), self.b
+        value = self.reduce_value if is_reduce_update(s) else self.expr
         if self.lanes is None:
-            val = self.to_mem(self.expr(s.value), dt)
+            val = self.to_mem(value(s.value), dt)
             bd.store(val, self.gep(ptr, self.index(s.index), dt), align=align)
             return
         n = self.lanes.n
@@ -81,7 +83,7 @@ class FuncEmitter(ExprEmitter):
             with self.scalar_view():
                 self._store(s)
             return
-        val = self.to_mem(self.splat(self.expr(s.value), n), dt)
+        val = self.to_mem(self.splat(value(s.value), n), dt)
         if st == 1:
             with self.scalar_view():
                 p = self.gep(ptr, self.index(s.index), dt)
@@ -141,7 +143,10 @@ class FuncEmitter(ExprEmitter):
             raise BuildError(f"{self.fname}: loop '{s.var.name}' is bound to {s.thread_tag}; "
                              "the CPU backend cannot run GPU thread bindings")
         n = s.extent.value if isinstance(s.extent, E.Const) else None
-        if s.kind == "unrolled" and n is not None:
+        red = match_reduce_loop(s) if self.lanes is None else None
+        if red is not None:
+            emit_reduce_loop(self, s, red)
+        elif s.kind == "unrolled" and n is not None:
             lo = self.index(s.min)
             for k in range(n):
                 self._bind(s.var, self.b.add(lo, ir.Constant(I64, k), flags=("nsw",)), s.body)

@@ -219,15 +219,17 @@ class _Builder:
         options = ["root"]
         if not st.op.reduce_axis:
             options.append("inline")
+        loops: dict[str, tuple] = {}
         if len(readers) == 1 and readers[0].attach[0] != "inline":
-            options += [f"{readers[0].name}.{iv.name}" for iv in readers[0].leaf_iter_vars
-                        if readers[0].iter_kind.get(iv) != "vectorized"]
-        where = self.ask.choice(f"at {st.name}", options)
+            loops = {f"{readers[0].name}.{iv.name}": (readers[0], iv) for iv in readers[0].leaf_iter_vars
+                     if readers[0].iter_kind.get(iv) != "vectorized"}
+        elif len(readers) > 1:
+            loops = _common_parent_loops(readers)
+        where = self.ask.choice(f"at {st.name}", options + list(loops))
         if where == "inline":
             st.compute_inline()
         elif where != "root":
-            parent = readers[0]
-            st.compute_at(parent, parent.find(where[len(parent.name) + 1:]))
+            st.compute_at(*loops[where])
 
     def _parallel(self, st: Stage) -> None:
         loops = st.leaf_iter_vars
@@ -252,6 +254,32 @@ class _Builder:
 
     def _attached_at(self, st: Stage, iv) -> bool:
         return any(x.attach[0] == "at" and x.attach[1] is st and x.attach[2] is iv for x in self.s.stages)
+
+
+def _common_parent_loops(readers: list[Stage]) -> dict[str, tuple]:
+    """Where a stage with several readers can be computed (Ansor's GetSingleConsumerId,
+    through chains of attach points): at the loops of the nearest stage P that every
+    reader is, or is attached inside, that lie outside (or at) the loop through which each
+    reader enters P. Softmax computes `exp` (read by `sum` and `out`) and layernorm `mean`
+    (read by `var` or `var.rf`, and `out`) once per row this way; without it their only
+    choices are a whole extra pass through memory or recomputation (inline)."""
+    chains = []
+    for r in readers:
+        chain = {r: None}  # stage -> the loop through which the reader enters it
+        while r.attach[0] == "at":
+            chain[r.attach[1]] = r.attach[2]
+            r = r.attach[1]
+        if r.attach[0] == "inline":
+            return {}
+        chains.append(chain)
+    parent = next((p for p in chains[0] if all(p in c for c in chains[1:])), None)
+    if parent is None:
+        return {}
+    leaves = parent.leaf_iter_vars
+    last = min((leaves.index(c[parent]) for c in chains if c[parent] is not None),
+               default=len(leaves) - 1)
+    return {f"{parent.name}.{iv.name}": (parent, iv) for iv in leaves[:last + 1]
+            if parent.iter_kind.get(iv) != "vectorized"}
 
 
 def build_schedule(outputs, sketch: Sketch, ask: Decider, hw: HardwareParams,

@@ -42,6 +42,7 @@ import math
 
 import numpy as np
 
+from ..codegen_cpu.reduction import match_reduce_loop
 from ..ir import expr as E
 from ..ir import stmt as S
 
@@ -293,14 +294,17 @@ class _Walker:
             ext = s.extent.value if type(s.extent) is E.Const else self._extent(s.extent)
             ext = float(max(1, ext))
             nested = False
-            if s.kind == "vectorized":
+            kind = s.kind
+            if kind != "parallel" and match_reduce_loop(s) is not None:
+                kind = "vectorized"  # the backend emits it as SIMD partial sums (reduction.py)
+            if kind == "vectorized":
                 nested = any(isinstance(x, (S.For, S.Allocate, S.Barrier)) for x in S.walk_stmt(s.body))
             self.n_loops += 1
-            par = s.kind == "parallel"
+            par = kind == "parallel"
             if par and not self.in_parallel:
                 self.par_regions += 1
             self.in_parallel += par
-            self.loops.append((s.var, ext, s.kind, self.guards, nested))
+            self.loops.append((s.var, ext, kind, self.guards, nested))
             self.max_depth = max(self.max_depth, len(self.loops))
             self.visit(s.body)
             self.loops.pop()
