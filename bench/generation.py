@@ -8,6 +8,7 @@ whole sentence, question words included).
     OMP_WAIT_POLICY=PASSIVE .venv/bin/python bench/generation.py --model base --well-formed-only \
         --tasks held-out                # unconstrained only, on the 21 representative held-out tasks
     ... --well-formed-only --mode answers   # the answers unmasked, the questions from the space
+    ... --temperature 1.0 --top-p 0.95      # nucleus sampling (no mask: the cut is the model's own)
 """
 from __future__ import annotations
 
@@ -52,6 +53,8 @@ def main() -> None:
     p.add_argument("--model", default="base")
     p.add_argument("--n", type=int, default=64)
     p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (1: off)")
+    p.add_argument("--top-k", type=int, default=0, help="top-k sampling (0: off)")
     p.add_argument("--tasks", default="bench", help="bench (the four below), train or held-out "
                    "(the split's representative tasks, one per category)")
     p.add_argument("--well-formed-only", action="store_true", help="skip the speed measurements")
@@ -63,11 +66,13 @@ def main() -> None:
     hw = host_hardware()
     print(f"# model {a.model}: {sum(x.numel() for x in model.parameters()):,} parameters, "
           f"vocab {tok.vocab_size}, language {tok.version}")
+    how = f"T={a.temperature}" + (f" top-p {a.top_p}" if a.top_p < 1 else "") + (
+        f" top-k {a.top_k}" if a.top_k else "")
     total = {m: 0 for m in MODES["both"]}
     well, ok = dict(total), dict(total)
     for name, make in _tasks(a.tasks).items():
         task = make()
-        gen = Generator(model, tok, hw, Sampling(a.temperature), seed=0)
+        gen = Generator(model, tok, hw, Sampling(a.temperature, a.top_k, a.top_p), seed=0)
         for batch in () if a.well_formed_only else (1, 64):
             n = min(a.n, 8) if batch == 1 else a.n
             progs, decs = programs_per_second(gen, task, n, batch)
@@ -88,13 +93,13 @@ def main() -> None:
             total[mode] += len(free)
             well[mode] += wf
             ok[mode] += valid
-            print(f"{name:<38} unmasked {mode} (T={a.temperature}): {wf}/{len(free)} well formed, {valid} valid")
+            print(f"{name:<38} unmasked {mode} ({how}): {wf}/{len(free)} well formed, {valid} valid")
             for g in free:
                 if g.trace is None:
                     print(f"    malformed: {g.error[:160]}")
     for mode in MODES[a.mode]:
         n = max(total[mode], 1)
-        print(f"all tasks, unmasked {mode} (T={a.temperature}): {well[mode]}/{total[mode]} well formed "
+        print(f"all tasks, unmasked {mode} ({how}): {well[mode]}/{total[mode]} well formed "
               f"({100.0 * well[mode] / n:.1f}%), {ok[mode]} valid ({100.0 * ok[mode] / n:.1f}%)")
 
 

@@ -80,7 +80,18 @@ def sft(base_dir: str, sentences: Sequence[str], out_dir: str, epochs: float = 4
     base, _ = load_checkpoint(base_dir, expect_vocab_size=tok.vocab_size)
     if not sentences:
         raise ModelError(f"SFT into {out_dir}: no demonstration sentences")
-    seqs = [tok.encode(s, strict=True) for s in sentences]
+    # a sentence of the model's version with unknown words is skipped; any other version
+    # is refused by the strict encoding below
+    spelled = [s for s in sentences if s.split()[1:2] != [tok.version] or not tok.covers(s.split())]
+    if len(spelled) < len(sentences) and log:
+        # e.g. programs of a sketch rule newer than the vocabulary (a packed input's loops):
+        # the model cannot read them, so it cannot learn from them; they stay in the records
+        log(f"SFT into {out_dir}: skipping {len(sentences) - len(spelled)} of {len(sentences)} "
+            f"demonstrations with words outside the vocabulary of {tok.vocab_size}")
+    if not spelled:
+        raise ModelError(f"SFT into {out_dir}: none of the {len(sentences)} demonstrations can be "
+                         f"written in the model's vocabulary (e.g. {tok.covers(sentences[0].split())[:5]})")
+    seqs = [tok.encode(s, strict=True) for s in spelled]
     too_long = [len(s) for s in seqs if len(s) - 1 > base.config.block_size]
     if too_long:
         raise ModelError(f"SFT into {out_dir}: {len(too_long)} demonstrations are longer than the "
@@ -91,4 +102,5 @@ def sft(base_dir: str, sentences: Sequence[str], out_dir: str, epochs: float = 4
     return pretrain(seqs, [], base.config, out_dir, tok.pad_id, steps=steps, batch_size=batch_size,
                     lr=lr, warmup=min(20, steps // 10), seed=seed, eval_every=max(steps, 1),
                     log=log, loss_mask=answer_mask(tok), init_from=base_dir, time_limit=time_limit,
-                    extra={"sft": {"demonstrations": len(seqs), "epochs": epochs}}, threads=threads)
+                    extra={"sft": {"demonstrations": len(seqs), "skipped": len(sentences) - len(seqs),
+                                  "epochs": epochs}}, threads=threads)

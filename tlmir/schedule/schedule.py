@@ -298,9 +298,18 @@ class Schedule:
         return [s for s in self.stages if stage in self.producers_of(s, transitive=False)]
 
     # --------------------------------------------------------- adding stages
-    def cache_read(self, tensor: Tensor, scope: str, readers: Sequence) -> Tensor:
-        """A copy of `tensor` in `scope` that `readers` read instead of the original."""
+    def cache_read(self, tensor: Tensor, scope: str, readers: Sequence,
+                   layout: Sequence[int] | None = None) -> Tensor:
+        """A copy of `tensor` in `scope` that `readers` read instead of the original.
+        `layout` permutes the copy's dimensions (its dimension d is the tensor's dimension
+        layout[d]), e.g. (1, 0) packs an NxK weight as KxN so a loop over n reads it
+        contiguously; such a copy is named `T.pack`."""
         src = self[tensor]
+        ndim = len(tensor.shape)
+        perm = list(range(ndim)) if layout is None else [int(d) for d in layout]
+        if sorted(perm) != list(range(ndim)):
+            raise ScheduleError(f"cache_read of {src.name!r}: layout {list(layout)!r} is not a "
+                                f"permutation of the {ndim} dimensions")
         _check_scope(scope, "cache_read", src.name)
         rstages = [self[r] for r in readers]
         if not rstages:
@@ -308,16 +317,22 @@ class Schedule:
         for r in rstages:
             if src not in self.producers_of(r, transitive=False):
                 raise ScheduleError(f"cache_read of {src.name!r}: stage {r.name!r} does not read it")
-        axes = [IterVar(f"ax{d}", n) for d, n in enumerate(tensor.shape)]
-        op = ComputeOp(f"{src.name}.{scope}", axes, TensorRead(tensor, [a.var for a in axes]))
+        axes = [IterVar(f"ax{d}", tensor.shape[p]) for d, p in enumerate(perm)]
+        where = [0] * ndim  # tensor dimension -> cache dimension
+        for d, p in enumerate(perm):
+            where[p] = d
+        name = f"{src.name}.{scope}" if layout is None else f"{src.name}.pack"
+        op = ComputeOp(name, axes, TensorRead(tensor, [axes[where[p]].var for p in range(ndim)]))
         cache = op.output()
         for r in rstages:
-            body = transform(r.op.body, lambda n: TensorRead(cache, n.indices)
+            body = transform(r.op.body, lambda n: TensorRead(cache, [n.indices[p] for p in perm])
                              if isinstance(n, TensorRead) and self[n.tensor] is src else None)
             self._replace_op(r, ComputeOp(r.op.name, r.op.axis, body, getattr(r.op, "tag", "")))
         self._add(Stage(op, self, scope), after=src)
-        self.history.append(Step("cache_read", src.name, {"scope": scope,
-                                                          "readers": [r.name for r in rstages]}))
+        args: dict = {"scope": scope, "readers": [r.name for r in rstages]}
+        if layout is not None:
+            args["layout"] = perm
+        self.history.append(Step("cache_read", src.name, args))
         return cache
 
     def cache_write(self, tensor: Tensor, scope: str) -> Tensor:

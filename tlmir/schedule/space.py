@@ -24,6 +24,7 @@ from ..errors import ScheduleError
 from ..ir.dag import ComputeDAG
 from ..runtime.target import HardwareParams, SearchParams
 from .decider import Decider, MutateDecider, RandomDecider, ReplayDecider, Trace
+from .packing import pack_layouts
 from .schedule import Schedule, Stage, create_schedule
 
 
@@ -90,7 +91,24 @@ def generate_sketches(outputs, hw: HardwareParams, sp: SearchParams) -> list[Ske
             for rule, arg in _stage_rules(dag, facts, inlined, done, hw, sp):
                 grown.append(rules + ((facts.name, rule, arg),))
         partial = grown
-    return [Sketch(r) for r in partial]
+    return [Sketch(r) for r in partial] + [Sketch(r) for r in _pack_variants(dag, partial)]
+
+
+_TILED = ("tile", "tile_fuse", "cache_write")
+
+
+def _pack_variants(dag: ComputeDAG, sketches: list[tuple]) -> list[tuple]:
+    """Each sketch with a multi-level-tiled stage that reads an input as a gather along its
+    vectorized axis (packing.pack_layouts), again with that input packed: rule entries
+    (input, "pack", stage) at the end. Appended after every plain sketch, so the ids of the
+    sketches of tasks without such an input (and of the plain ones) do not change."""
+    out = []
+    for rules in sketches:
+        packs = tuple((name, "pack", s) for s, r, _ in rules if r in _TILED
+                      for name, _ in pack_layouts(dag[s].op))
+        if packs:
+            out.append(rules + packs)
+    return out
 
 
 def _stage_rules(dag, facts, inlined, done, hw, sp) -> list[tuple]:
@@ -119,6 +137,7 @@ class _Builder:
         self.sketch, self.ask, self.hw, self.sp = sketch, ask, hw, sp
         self.tiled: set[str] = set()      # stages with multi-level tiling (no more annotation)
         self.followers: set[str] = set()  # consumers that follow a producer's tiles
+        self.packs: set[str] = set()      # packed copies of inputs (rule `pack`)
 
     def run(self) -> Schedule:
         fused_into = {self._consumer_of(s): s for s, r, _ in self.sketch.rules if r == "tile_fuse"}
@@ -137,6 +156,8 @@ class _Builder:
                 self._tile_fuse(local, st, arg)
             elif rule == "rfactor":
                 self._rfactor(st, arg)
+            elif rule == "pack":
+                self._pack(st, arg)
         for st in reversed(self.s.stages):
             if not st.is_placeholder and st.attach[0] != "inline":
                 self._annotate(st)
@@ -200,6 +221,20 @@ class _Builder:
         fa, *spatial = rf.op.axis
         rf.reorder(*(spatial + list(rf.op.reduce_axis) + [fa]))
 
+    def _pack(self, src: Stage, reader: str) -> None:
+        """cache_read `src` into `src.pack` with the tiled stage's vectorized dimension last;
+        the stage that computes the tiles (`reader`, or its `.local` copy) reads it. Where it
+        is computed (`at src.pack`) sets the panel: once per outer tile of that dimension
+        up to once per inner tile."""
+        layout = dict(pack_layouts(self.dag[reader].op))[src.name]
+        if self.sketch.rule_of(reader)[0] == "cache_write":
+            reader = f"{reader}.local"
+        cache = self.s.cache_read(src.op.output(), "global", [self.s.stage(reader).op.output()],
+                                  layout=layout)
+        pack = self.s[cache]
+        self.packs.add(pack.name)
+        self._split_for_vector(pack)
+
     # --- annotations (consumers first)
     def _annotate(self, st: Stage) -> None:
         if st.attach[0] == "root" and st.name not in self.tiled and st.name not in self.followers:
@@ -217,10 +252,12 @@ class _Builder:
             return
         readers = self.s.readers_of(st)
         options = ["root"]
-        if not st.op.reduce_axis:
+        if not st.op.reduce_axis and st.name not in self.packs:  # an inlined pack = no pack
             options.append("inline")
         loops: dict[str, tuple] = {}
-        if len(readers) == 1 and readers[0].attach[0] != "inline":
+        if st.name in self.packs:
+            loops = _enclosing_loops(readers[0])
+        elif len(readers) == 1 and readers[0].attach[0] != "inline":
             loops = {f"{readers[0].name}.{iv.name}": (readers[0], iv) for iv in readers[0].leaf_iter_vars
                      if readers[0].iter_kind.get(iv) != "vectorized"}
         elif len(readers) > 1:
@@ -280,6 +317,24 @@ def _common_parent_loops(readers: list[Stage]) -> dict[str, tuple]:
                default=len(leaves) - 1)
     return {f"{parent.name}.{iv.name}": (parent, iv) for iv in leaves[:last + 1]
             if parent.iter_kind.get(iv) != "vectorized"}
+
+
+def _enclosing_loops(reader: Stage) -> dict[str, tuple]:
+    """The loops a pack can be computed at: those of each stage its reader is attached
+    inside (outermost stage first, up to the loop the chain enters it through), then the
+    reader's own; vectorized loops excluded. A pack must be able to sit outside the tile
+    stage's attach point, or it is redone for every tile along the other axis."""
+    chain, r = [(reader, None)], reader
+    while r.attach[0] == "at":
+        chain.insert(0, (r.attach[1], r.attach[2]))
+        r = r.attach[1]
+    loops: dict[str, tuple] = {}
+    for parent, entry in chain:
+        leaves = parent.leaf_iter_vars
+        last = leaves.index(entry) if entry is not None else len(leaves) - 1
+        loops.update({f"{parent.name}.{iv.name}": (parent, iv) for iv in leaves[:last + 1]
+                      if parent.iter_kind.get(iv) != "vectorized"})
+    return loops
 
 
 def build_schedule(outputs, sketch: Sketch, ask: Decider, hw: HardwareParams,

@@ -38,7 +38,8 @@ class Step:
         if self.prim in ("compute_inline", "compute_root"):
             return f"{s}.{self.prim}()"
         if self.prim == "cache_read":
-            return f"s.cache_read({self.stage!r}, {a['scope']!r}, {a['readers']!r})"
+            lay = f", layout={a['layout']!r}" if "layout" in a else ""
+            return f"s.cache_read({self.stage!r}, {a['scope']!r}, {a['readers']!r}{lay})"
         if self.prim == "cache_write":
             return f"s.cache_write({self.stage!r}, {a['scope']!r})"
         if self.prim == "rfactor":
@@ -77,7 +78,8 @@ def apply_step(sch, step: Step) -> None:
     elif p in ("compute_inline", "compute_root"):
         getattr(st, p)()
     elif p == "cache_read":
-        sch.cache_read(st.op.output(), a["scope"], [sch.stage(r).op.output() for r in a["readers"]])
+        sch.cache_read(st.op.output(), a["scope"], [sch.stage(r).op.output() for r in a["readers"]],
+                       layout=a.get("layout"))
     elif p == "cache_write":
         sch.cache_write(st.op.output(), a["scope"])
     elif p == "rfactor":
