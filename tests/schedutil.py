@@ -104,3 +104,21 @@ def check_op(op: OpDef, schedule, rtol=1e-4, atol=1e-4, seed=0) -> tlmir.schedul
     for got, want in zip(outs, op.run_reference(*ins)):
         np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
     return s
+
+
+def assert_program_matches(sch, op: OpDef, ins, want, trace, rtol=1e-4, atol=1e-4) -> None:
+    """Build `sch` (the program of `trace`), run it on `ins`, compare with `want`."""
+    outs = op.empty_outputs()
+    tlmir.build(sch, op.args)(*ins, *outs)
+    for got, w in zip(outs, want):
+        np.testing.assert_allclose(got, w, rtol=rtol, atol=atol, err_msg=str(trace))
+
+
+def assert_replays_identically(space, trace, func, args) -> None:
+    """`trace` survives JSON exactly and replays into `func`, the loop IR it was drawn as."""
+    from tlmir.schedule.decider import ReplayDecider, Trace
+    again = Trace.from_json(trace.to_json())
+    assert again == trace
+    sch, trace2 = space.apply(again.sketch, ReplayDecider(again))
+    assert trace2 == trace and str(tlmir.lower(sch, args)) == str(func)
+

@@ -149,9 +149,10 @@ def test_trace_json_and_sentence_agree():
 
 # ------------------------------------------------------------------------ errors
 
-def _sentence(version=VERSION):
-    task, space = op_task("matmul")
-    _, trace = space.apply(2, RandomDecider(1))
+def _sentence(version=VERSION, op="matmul", sketch=2):
+    """A fixed sentence: sketch `sketch` of a small `op`, answers drawn with seed 1."""
+    task, space = op_task(op)
+    _, trace = space.apply(sketch, RandomDecider(1))
     return trace_to_sentence(task, HW, trace, version)
 
 
@@ -198,9 +199,7 @@ def test_malformed_sentences_are_refused(edit, message):
 
 
 def _at_sentence(version=VERSION):
-    task, space = op_task("avg_pool2d")
-    _, trace = space.apply(0, RandomDecider(1))
-    return trace_to_sentence(task, HW, trace, version)
+    return _sentence(version, "avg_pool2d", 0)
 
 
 def test_numbered_options_of_v4():

@@ -11,9 +11,11 @@ import tlmir
 from tlmir import ops
 from tlmir.runtime.target import HardwareParams
 from tlmir.schedule import replay, steps_from_json, steps_to_json
-from tlmir.schedule.decider import RandomDecider, ReplayDecider, Trace
+from tlmir.schedule.decider import RandomDecider
 from tlmir.schedule.packing import pack_layouts
 from tlmir.schedule.space import SearchSpace
+
+from schedutil import assert_program_matches, assert_replays_identically
 
 HW2 = HardwareParams(cores=2)
 
@@ -72,14 +74,8 @@ def test_random_pack_traces_compile_match_and_round_trip(shape):
         sid = first + n % (len(space.sketches) - first)
         sch, trace = space.apply(sid, RandomDecider(rng))
         assert any(st.name == "W.pack" for st in sch.stages)
-        func = tlmir.lower(sch, op.args)
-        outs = op.empty_outputs()
-        tlmir.build(sch, op.args)(*ins, *outs)
-        for got, w in zip(outs, want):
-            np.testing.assert_allclose(got, w, rtol=1e-4, atol=1e-4, err_msg=str(trace))
-        again = Trace.from_json(trace.to_json())
-        sch2, trace2 = space.apply(again.sketch, ReplayDecider(again))
-        assert trace2 == trace and str(tlmir.lower(sch2, op.args)) == str(func)
+        assert_program_matches(sch, op, ins, want, trace)
+        assert_replays_identically(space, trace, tlmir.lower(sch, op.args), op.args)
 
 
 def test_pack_can_sit_outside_the_tile_stage():

@@ -8,9 +8,10 @@ import tlmir
 from tlmir import ops
 from tlmir.errors import ScheduleError
 from tlmir.runtime.target import HardwareParams
-from tlmir.schedule.decider import MutateDecider, ReplayDecider, Trace, factorizations
+from tlmir.schedule.decider import MutateDecider, RandomDecider, Trace, factorizations
 from tlmir.schedule.space import SearchSpace
 
+from schedutil import assert_program_matches, assert_replays_identically
 from test_ops_schedules import CASES
 
 HW2 = HardwareParams(cores=2)
@@ -42,15 +43,8 @@ def test_random_traces_compile_match_and_round_trip(name):
     want = op.run_reference(*ins)
     for _ in range(4):
         sch, trace = space.sample(rng)
-        func = tlmir.lower(sch, op.args)
-        outs = op.empty_outputs()
-        tlmir.build(sch, op.args)(*ins, *outs)
-        for got, w in zip(outs, want):
-            np.testing.assert_allclose(got, w, rtol=1e-4, atol=1e-4, err_msg=str(trace))
-        again = Trace.from_json(trace.to_json())
-        assert again == trace
-        sch2, trace2 = space.apply(again.sketch, ReplayDecider(again))
-        assert trace2 == trace and str(tlmir.lower(sch2, op.args)) == str(func)
+        assert_program_matches(sch, op, ins, want, trace)
+        assert_replays_identically(space, trace, tlmir.lower(sch, op.args), op.args)
 
 
 def test_mutation_changes_exactly_one_answer_when_possible():
@@ -124,9 +118,7 @@ def test_stage_with_several_readers_can_be_computed_in_their_common_parent():
         answers = dict(trace.decisions)
         if answers.get("at sum", "").startswith("out.") and answers.get("at exp", "").startswith("out."):
             seen += 1
-            outs = op.empty_outputs()
-            tlmir.build(sch, op.args)(*ins, *outs)
-            np.testing.assert_allclose(outs[0], want[0], rtol=1e-4, atol=1e-5, err_msg=str(trace))
+            assert_program_matches(sch, op, ins, want, trace, atol=1e-5)
             if seen == 5:
                 break
     assert seen == 5
@@ -143,14 +135,11 @@ def test_producer_of_an_attached_chain_is_computed_per_row_correctly(sketch):
     want = op.run_reference(*ins)
     seen = 0
     for _ in range(300):
-        from tlmir.schedule.decider import RandomDecider
         sch, trace = space.apply(sketch, RandomDecider(rng))
         if not dict(trace.decisions).get("at mean", "root").startswith("out."):
             continue
         seen += 1
-        outs = op.empty_outputs()
-        tlmir.build(sch, op.args)(*ins, *outs)
-        np.testing.assert_allclose(outs[0], want[0], rtol=1e-4, atol=1e-4, err_msg=str(trace))
+        assert_program_matches(sch, op, ins, want, trace)
         if seen == 4:
             break
     assert seen == 4
