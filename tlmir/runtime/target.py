@@ -35,7 +35,8 @@ class SearchParams:
     max_vector_len: int = 64           # longest vectorized loop the space offers
     parallel_factor: int = 16          # parallel loops cover up to parallel_factor x cores iterations
     unroll_steps: tuple = (0, 16, 64, 512)
-    population: int = 128              # evolutionary search
+    population: int = 512              # evolutionary search: candidates the cost model scores per
+                                       # round (128 rarely held a per-row fused layernorm: docs/benchmarks.md)
     measures_per_round: int = 64
     warmup_rounds: int = 4             # evolutionary search measures its first round's worth in this
                                        # many smaller rounds, so its cost model ranks from round two
