@@ -52,13 +52,21 @@ def risky(e: E.Expr) -> bool:
     return False
 
 
+def accumulated(s: S.Store) -> E.Expr | None:
+    """`x` if `s` is an update `buf[i] = buf[i] op x` (or `x op buf[i]`) for a binary op, else None."""
+    v = s.value
+    if not isinstance(v, E.Binary):
+        return None
+    for acc, other in ((v.a, v.b), (v.b, v.a)):
+        if isinstance(acc, E.Load) and acc.buffer is s.buffer and E.same(acc.index, s.index):
+            return other
+    return None
+
+
 def is_reduce_update(s: S.Store) -> bool:
     """Is `s` a float reduction update `buf[i] = buf[i] + x` (or `x + buf[i]`, or `*`)?"""
-    v = s.value
-    if not isinstance(v, (E.Add, E.Mul)) or not E.is_float(v.dtype):
-        return False
-    return any(isinstance(o, E.Load) and o.buffer is s.buffer and E.same(o.index, s.index)
-               for o in (v.a, v.b))
+    return (isinstance(s.value, (E.Add, E.Mul)) and E.is_float(s.value.dtype)
+            and accumulated(s) is not None)
 
 
 def can_vectorize(body: S.Stmt, var: E.Var) -> bool:

@@ -102,7 +102,6 @@ class ExprEmitter:
         self.lanes: Lanes | None = None
         self.guard: ir.Value | None = None  # i1 / <L x i1>: the loads being emitted may run only where true
         self._index_math = False  # inside an index: integer arithmetic cannot overflow (nsw)
-        self._reduce_update = False  # emitting the combine of a reduction update
 
     # ------------------------------------------------------------ values and types
 
@@ -181,13 +180,10 @@ class ExprEmitter:
 
     # ------------------------------------------------------------ expressions
 
-    def reduce_value(self, e: E.Expr) -> ir.Value:
-        """The value of a reduction update: its top-level combine may be reassociated."""
-        self._reduce_update = True
-        try:
-            return self.expr(e)
-        finally:
-            self._reduce_update = False
+    def reduce_value(self, e: E.Binary) -> ir.Value:
+        """The value of a reduction update (`analysis.is_reduce_update`): its combine may
+        be reassociated."""
+        return self._binary(e, reassoc=True)
 
     def expr(self, e: E.Expr) -> ir.Value:
         if isinstance(e, E.Const):
@@ -250,7 +246,7 @@ class ExprEmitter:
             return b.sitofp(v, t)
         return b.sext(v, t) if elem_size(dst) > elem_size(src) else b.trunc(v, t)
 
-    def _binary(self, e: E.Binary) -> ir.Value:
+    def _binary(self, e: E.Binary, reassoc: bool = False) -> ir.Value:
         dt = e.a.dtype
         if e.b.dtype != dt:
             raise BuildError(f"{self.fname}: operands of `{e}` have dtypes {dt} and {e.b.dtype}")
@@ -259,7 +255,6 @@ class ExprEmitter:
             b = self._maybe_guarded(e.b, lambda: a if isinstance(e, E.And) else self.not_(a))
             a, b = self.match(a, self.convert(b, e.b.dtype, "bool"))
             return self.b.and_(a, b) if isinstance(e, E.And) else self.b.or_(a, b)
-        reduce_update, self._reduce_update = self._reduce_update, False
         a, b = self.expr(e.a), self.expr(e.b)
         if (isinstance(e, E.Div) and E.is_float(dt) and lanes_of(a) and not lanes_of(b)):
             # a lane-invariant divisor: one scalar reciprocal, then a vector multiply
@@ -268,7 +263,7 @@ class ExprEmitter:
                                flags=FLOAT_FLAGS)
         a, b = self.match(a, b)
         if E.is_float(dt):
-            if reduce_update and isinstance(e, (E.Add, E.Mul)):
+            if reassoc and isinstance(e, (E.Add, E.Mul)):
                 return (self.b.fadd if isinstance(e, E.Add) else self.b.fmul)(a, b, flags=REDUCE_FLAGS)
             return self._float_binary(e, a, b)
         return self._int_binary(e, a, b, dt)

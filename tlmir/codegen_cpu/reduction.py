@@ -22,8 +22,8 @@ from llvmlite import ir
 
 from ..ir import expr as E
 from ..ir import stmt as S
-from .analysis import depends, stride
-from .exprs import I32, I64, Lanes, elem_size
+from .analysis import accumulated, depends, stride
+from .exprs import I32, I64, REDUCE_FLAGS, Lanes, elem_size
 
 REDUCE_ACCUMULATORS = 4  # independent vector partials: hides the add latency (4 cycles, 2 ports)
 REDUCE_MIN_EXTENT = 4    # shorter reduction loops stay scalar
@@ -48,11 +48,7 @@ def match_reduce_loop(s: S.For) -> ReduceLoop | None:
         return None
     if depends(body.index, var):
         return None
-    src = None
-    for acc, other in ((v.a, v.b), (v.b, v.a)):
-        if isinstance(acc, E.Load) and acc.buffer is body.buffer and E.same(acc.index, body.index):
-            src = other
-            break
+    src = accumulated(body)
     if src is None or not depends(src, var):
         return None
     for n in E.walk(src):
@@ -73,7 +69,7 @@ def _identity(kind: type) -> float:
 def _combine(em, kind: type, a: ir.Value, b: ir.Value) -> ir.Value:
     """The same combine the serial loop uses (select for max / min, as exprs.py)."""
     if kind is E.Add:
-        return em.b.fadd(a, b, flags=("reassoc", "contract"))
+        return em.b.fadd(a, b, flags=REDUCE_FLAGS)
     return em.b.select(em.b.fcmp_ordered(">" if kind is E.Max else "<", a, b), a, b)
 
 
