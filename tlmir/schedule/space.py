@@ -258,8 +258,7 @@ class _Builder:
         if st.name in self.packs:
             loops = _enclosing_loops(readers[0])
         elif len(readers) == 1 and readers[0].attach[0] != "inline":
-            loops = {f"{readers[0].name}.{iv.name}": (readers[0], iv) for iv in readers[0].leaf_iter_vars
-                     if readers[0].iter_kind.get(iv) != "vectorized"}
+            loops = _loops_of(readers[0])
         elif len(readers) > 1:
             loops = _common_parent_loops(readers)
         where = self.ask.choice(f"at {st.name}", options + list(loops))
@@ -300,23 +299,15 @@ def _common_parent_loops(readers: list[Stage]) -> dict[str, tuple]:
     reader enters P. Softmax computes `exp` (read by `sum` and `out`) and layernorm `mean`
     (read by `var` or `var.rf`, and `out`) once per row this way; without it their only
     choices are a whole extra pass through memory or recomputation (inline)."""
-    chains = []
-    for r in readers:
-        chain = {r: None}  # stage -> the loop through which the reader enters it
-        while r.attach[0] == "at":
-            chain[r.attach[1]] = r.attach[2]
-            r = r.attach[1]
-        if r.attach[0] == "inline":
-            return {}
-        chains.append(chain)
+    chains = [dict(_attach_chain(r)) for r in readers]  # stage -> loop the reader enters it by
+    if any(list(c)[-1].attach[0] == "inline" for c in chains):
+        return {}
     parent = next((p for p in chains[0] if all(p in c for c in chains[1:])), None)
     if parent is None:
         return {}
     leaves = parent.leaf_iter_vars
-    last = min((leaves.index(c[parent]) for c in chains if c[parent] is not None),
-               default=len(leaves) - 1)
-    return {f"{parent.name}.{iv.name}": (parent, iv) for iv in leaves[:last + 1]
-            if parent.iter_kind.get(iv) != "vectorized"}
+    entry = min((c[parent] for c in chains if c[parent] is not None), key=leaves.index, default=None)
+    return _loops_of(parent, entry)
 
 
 def _enclosing_loops(reader: Stage) -> dict[str, tuple]:
@@ -324,17 +315,29 @@ def _enclosing_loops(reader: Stage) -> dict[str, tuple]:
     inside (outermost stage first, up to the loop the chain enters it through), then the
     reader's own; vectorized loops excluded. A pack must be able to sit outside the tile
     stage's attach point, or it is redone for every tile along the other axis."""
-    chain, r = [(reader, None)], reader
-    while r.attach[0] == "at":
-        chain.insert(0, (r.attach[1], r.attach[2]))
-        r = r.attach[1]
     loops: dict[str, tuple] = {}
-    for parent, entry in chain:
-        leaves = parent.leaf_iter_vars
-        last = leaves.index(entry) if entry is not None else len(leaves) - 1
-        loops.update({f"{parent.name}.{iv.name}": (parent, iv) for iv in leaves[:last + 1]
-                      if parent.iter_kind.get(iv) != "vectorized"})
+    for parent, entry in reversed(_attach_chain(reader)):
+        loops.update(_loops_of(parent, entry))
     return loops
+
+
+def _attach_chain(st: Stage) -> list[tuple]:
+    """[(st, None), (P1, loop), (P2, loop), ...]: `st`, then each stage it is attached
+    inside, innermost first, with the loop through which the chain enters it."""
+    chain = [(st, None)]
+    while st.attach[0] == "at":
+        chain.append((st.attach[1], st.attach[2]))
+        st = st.attach[1]
+    return chain
+
+
+def _loops_of(parent: Stage, entry=None) -> dict[str, tuple]:
+    """`at` options at the loops of `parent`, outermost first, up to and including `entry`
+    (all of them if None), vectorized loops excluded: name -> (stage, loop)."""
+    leaves = parent.leaf_iter_vars
+    last = leaves.index(entry) if entry is not None else len(leaves) - 1
+    return {f"{parent.name}.{iv.name}": (parent, iv) for iv in leaves[:last + 1]
+            if parent.iter_kind.get(iv) != "vectorized"}
 
 
 def build_schedule(outputs, sketch: Sketch, ask: Decider, hw: HardwareParams,
