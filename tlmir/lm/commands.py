@@ -14,7 +14,7 @@ from ..runtime.target import host_hardware
 from .language import VERSION, VERSIONS
 
 MODELS = os.path.join(os.path.dirname(__file__), "models")
-BASE_MODEL = os.path.join(MODELS, "base")    # pre-trained only (tensor language v3)
+BASE_MODEL = os.path.join(MODELS, "base")    # pre-trained only (tensor language v4)
 BASE_V1_MODEL = os.path.join(MODELS, "base-v1")  # the same in language v1: what `tlm` was fine-tuned from
 TUNED_MODEL = os.path.join(MODELS, "tlm")    # + iterative SFT on this CPU class: the default
 TOKENIZER_FILE = "tokenizer.json"

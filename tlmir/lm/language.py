@@ -172,9 +172,14 @@ def tile_words(factors: Sequence[int], version: str = VERSION) -> list[str]:
     return out
 
 
+def _since(version: str, first: str) -> bool:
+    """Is `version` `first` or a later version?"""
+    return VERSIONS.index(_version(version)) >= VERSIONS.index(first)
+
+
 def _writes_options(version: str) -> bool:
     """Does `version` list the options of some questions (so writing it needs the task)?"""
-    return _version(version) not in ("v1", "v2")
+    return _since(version, "v3")
 
 
 def _lists_options(question_words: list[str], version: str) -> bool:
@@ -183,7 +188,7 @@ def _lists_options(question_words: list[str], version: str) -> bool:
 
 def _numbers_options(question_words: list[str], version: str) -> bool:
     """Are the listed options of this question numbered, and answered by their number (v4)?"""
-    return _version(version) not in ("v1", "v2", "v3") and question_words[0] in NUMBERED_KINDS
+    return _since(version, "v4") and question_words[0] in NUMBERED_KINDS
 
 
 def decision_words(question: str, answer: Any, extent: int | None = None,
@@ -373,13 +378,13 @@ def _parse_decisions(w: list[str], offset: int, version: str) -> list:
         if listed == []:
             raise LanguageError(f"{where}: {version} question {_show(w[p:eq + 1], 8)!r} lists no "
                                 f"options before '='")
-        numbered = listed is not None and _numbers_options([kw], version)
-        if numbered:
-            listed = _numbered_options(listed, f"{kw} {head[1] if len(head) > 1 else ''}", where)
         name = head[1]
         if name in _FORBIDDEN_NAMES:
             raise LanguageError(f"{where}: question {kw!r} names a reserved word {name!r}")
         question = f"{kw} {name}"
+        numbered = listed is not None and _numbers_options([kw], version)
+        if numbered:
+            listed = _numbered_options(listed, question, where)
         a = eq + 1
         if kw == "tile":
             if not _is_int(head[2]) or int(head[2]) < 1:
