@@ -151,3 +151,25 @@ def test_replaying_a_database_record_rebuilds_the_measured_program(tmp_path):
     space = SearchSpace(task.outputs)
     again = tlmir.lower(space.replay(Trace.from_json(rec.trace)), task.args)
     assert str(again) == str(tlmir.lower(res.best_schedule(), task.args))
+
+
+def test_local_mutants_refine_the_best_program_of_each_leading_sketch():
+    from tlmir.schedule.space import SearchSpace
+    from tlmir.search.strategy import EvolutionarySearch
+    sp = SearchParams(population=32, local_share=0.25, local_parents=2)
+    task = Task.from_op(ops.softmax(64, 32))
+    search = EvolutionarySearch(SearchSpace(task.outputs, sp=sp), task.args, seed=0)
+    first = search.propose(24)
+    # made-up throughputs: the first program proposed is the fastest, the last the slowest
+    fake = {c.key: 1.0 / (1 + i) for i, c in enumerate(first)}
+    search.update([(c, 1.0 / fake[c.key]) for c in first])
+    best_by_sketch = {}
+    for c in sorted(first, key=lambda c: -fake[c.key]):
+        best_by_sketch.setdefault(c.trace.sketch, c)
+    leading = list(best_by_sketch)[:2]
+    local = search._local_mutants(6)
+    assert len(local) == 6 and len({c.key for c in local}) == 6
+    assert all(c.trace.sketch in leading for c in local)
+    assert not {c.key for c in local} & {c.key for c in first}
+    picks = search.propose(16)
+    assert len(picks) == 16 and not {c.key for c in picks} & {c.key for c in first}

@@ -41,6 +41,9 @@ class SearchParams:
     warmup_rounds: int = 4             # evolutionary search measures its first round's worth in this
                                        # many smaller rounds, so its cost model ranks from round two
     eps_greedy: float = 0.05
+    local_share: float = 0.25          # evolutionary search: share of a round measured as random,
+                                       # unranked mutants of the best measured programs
+    local_parents: int = 4             # ... of the best programs of this many best sketches
     mutation_prob: float = 0.85
     tile_mutation: str = "move"        # "move": one factor between two levels (Ansor); "redraw": any tile
     evolution_iters: int = 4
