@@ -46,3 +46,29 @@ def test_crash_and_hang_cost_one_trial_each():
     assert not res.ok and res.kind == "timeout"
     op, func, ins = _matmul_func()                 # the next candidate is measured normally
     assert measure(func, ins, op.run_reference(*ins), timeout=60).ok
+
+
+def test_the_cutoff_judges_a_warm_run_not_the_cold_first_one(monkeypatch):
+    """The first call of a kernel is cold (for a 15 us layernorm in a worker: 200-400 us);
+    a candidate is cut off after one run only if a warm run is slower than the cutoff."""
+    from tlmir.codegen_cpu import jit
+    from tlmir.runtime.measure import measure_in_process
+    op, func, ins = _matmul_func()
+    expected = op.run_reference(*ins)
+    warm = measure_in_process(func, ins, expected, repeat=5).median
+    calls = []
+    orig = jit.Kernel.__call__
+
+    def cold_first_call(self, *arrays):  # the verifying run takes a second
+        calls.append(1)
+        out = orig(self, *arrays)
+        if len(calls) == 1:
+            import time
+            time.sleep(1.0)
+        return out
+    monkeypatch.setattr(jit.Kernel, "__call__", cold_first_call)
+    res = measure_in_process(func, ins, expected, repeat=5, cutoff=100 * warm + 1e-3)
+    assert res.ok and len(res.times) == 5 and res.median < 0.5
+    calls.clear()
+    res = measure_in_process(func, ins, expected, repeat=5, cutoff=warm / 1000)
+    assert res.ok and len(res.times) == 1  # slower than the cutoff when warm too: one run
