@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/search.py [--budgets 64,1000] [--strategies evolutionary,random]
                                      [--db-dir runs/bench] [--report-only] [--json out.json]
-                                     [--workloads conv2d,matmul] [--seed 0]
+                                     [--workloads conv2d,matmul] [--seed 0] [--local-share 0.25] [--population 512]
 
 Tuning appends to one records DB per strategy under --db-dir, so an interrupted run
 resumes where it stopped; budgets run in increasing order, so the 64-measurement
@@ -27,7 +27,7 @@ from tlmir.codegen_cpu import compile_func  # noqa: E402
 from tlmir.evaluate import time_program  # noqa: E402
 from tlmir.ops.baselines import baseline_times  # noqa: E402
 from tlmir.runtime.records import RecordDB  # noqa: E402
-from tlmir.runtime.target import host_hardware  # noqa: E402
+from tlmir.runtime.target import SearchParams, host_hardware  # noqa: E402
 from tlmir.runtime.task import Task  # noqa: E402
 from tlmir.schedule.lower import lower  # noqa: E402
 from tlmir.schedule.space import SearchSpace  # noqa: E402
@@ -43,13 +43,13 @@ WORKLOADS = {
 }
 
 
-def tune_all(budgets, strategies, db_dir, workloads, seed: int = 0) -> None:
+def tune_all(budgets, strategies, db_dir, workloads, seed: int = 0, sp: SearchParams | None = None) -> None:
     for k in budgets:
         for strategy in strategies:
             for name, make in workloads.items():
                 t0 = time.time()
                 res = tune(Task.from_op(make(), name=name), trials=k, strategy=strategy,
-                           db=os.path.join(db_dir, f"{strategy}.db"), progress=False, seed=seed)
+                           db=os.path.join(db_dir, f"{strategy}.db"), progress=False, seed=seed, sp=sp)
                 print(f"[tune] {strategy:<12} {name:<32} {res.measurements:5d} meas  "
                       f"{res.gflops:8.1f} GFLOP/s  ({time.time() - t0:6.1f} s this call)", flush=True)
 
@@ -123,6 +123,8 @@ def main() -> None:
     p.add_argument("--json")
     p.add_argument("--workloads", help="comma-separated name prefixes (default: all six)")
     p.add_argument("--seed", type=int, default=0, help="search seed (use a fresh --db-dir per seed)")
+    p.add_argument("--local-share", type=float, help="SearchParams.local_share (default: its default)")
+    p.add_argument("--population", type=int, help="SearchParams.population (default: its default)")
     a = p.parse_args()
     prefixes = a.workloads.split(",") if a.workloads else [""]
     workloads = {n: f for n, f in WORKLOADS.items() if any(n.startswith(x) for x in prefixes)}
@@ -130,7 +132,10 @@ def main() -> None:
     strategies = a.strategies.split(",")
     os.makedirs(a.db_dir, exist_ok=True)
     if not a.report_only:
-        tune_all(budgets, strategies, a.db_dir, workloads, a.seed)
+        changed = {k: v for k, v in (("local_share", a.local_share), ("population", a.population))
+                   if v is not None}
+        sp = SearchParams(**changed) if changed else None
+        tune_all(budgets, strategies, a.db_dir, workloads, a.seed, sp)
     rows = report(budgets, strategies, a.db_dir, workloads)
     thr = space_throughput(ops.matmul(1024, 1024, 1024))
     print("space throughput (matmul 1024^3, per second): " +
