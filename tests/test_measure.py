@@ -1,5 +1,4 @@
 """Measurement: verified before timed; crashing or hanging candidates cost one trial."""
-import numpy as np
 
 import tlmir
 from tlmir import ops

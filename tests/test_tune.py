@@ -173,3 +173,10 @@ def test_local_mutants_refine_the_best_program_of_each_leading_sketch():
     assert not {c.key for c in local} & {c.key for c in first}
     picks = search.propose(16)
     assert len(picks) == 16 and not {c.key for c in picks} & {c.key for c in first}
+
+
+def test_bad_local_search_params_are_refused():
+    from tlmir.errors import ScheduleError
+    for bad in ({"local_share": 1.5}, {"local_share": -0.1}, {"local_parents": 0}):
+        with pytest.raises(ScheduleError, match="local_"):
+            SearchParams(**bad)

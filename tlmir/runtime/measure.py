@@ -44,7 +44,7 @@ def measure_in_process(func: PrimFunc, inputs: list[np.ndarray], expected: list[
     it cannot be the best, and repeating it would only cost time. The first run only
     verifies: it is cold (first call of the JIT code, first touch of temporaries) and took
     200-400 us for a 15 us layernorm, so when it decided the cutoff every small candidate
-    looked slow and was recorded at its cold time (sessions 3-5). The number of repeats
+    looked slow and was recorded at its cold time (sessions 2-5). The number of repeats
     (about 2 s per candidate) is sized by a warm run too."""
     from ..codegen_cpu import compile_func
     kernel = compile_func(func)

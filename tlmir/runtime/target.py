@@ -55,6 +55,9 @@ class SearchParams:
         if self.tile_mutation not in ("move", "redraw"):
             raise ScheduleError(f"SearchParams.tile_mutation must be 'move' or 'redraw', "
                                 f"got {self.tile_mutation!r}")
+        if not 0.0 <= self.local_share <= 1.0 or self.local_parents < 1:
+            raise ScheduleError(f"SearchParams: local_share must be in [0, 1] and local_parents >= 1, "
+                                f"got {self.local_share!r} and {self.local_parents!r}")
 
 
 def _cache_kb(level: int, default: int) -> int:

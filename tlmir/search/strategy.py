@@ -153,7 +153,7 @@ class EvolutionarySearch(RandomSearch):
         cost model: a model trained on the programs measured so far underrates programs unlike
         them, while the best program's neighbourhood is where the next gain most likely is
         (layernorm: the one-step mutants the model scored lowest ran 2.4x faster than the
-        best; docs/benchmarks.md). The parents are the best programs of the `local_parents`
+        best; docs/benchmarks.md, session 6). The parents are the best programs of the `local_parents`
         best sketches, so a sketch the model has not learned to rate yet still gets refined
         (mutation never changes the sketch); half the mutants come from the very best."""
         best_of_sketch: dict[int, Candidate] = {}
