@@ -132,9 +132,8 @@ def main() -> None:
     strategies = a.strategies.split(",")
     os.makedirs(a.db_dir, exist_ok=True)
     if not a.report_only:
-        changed = {k: v for k, v in (("local_share", a.local_share), ("population", a.population))
-                   if v is not None}
-        sp = SearchParams(**changed) if changed else None
+        overrides = {k: getattr(a, k) for k in ("local_share", "population") if getattr(a, k) is not None}
+        sp = SearchParams(**overrides) if overrides else None
         tune_all(budgets, strategies, a.db_dir, workloads, a.seed, sp)
     rows = report(budgets, strategies, a.db_dir, workloads)
     thr = space_throughput(ops.matmul(1024, 1024, 1024))

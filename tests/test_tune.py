@@ -167,7 +167,7 @@ def test_local_mutants_refine_the_best_program_of_each_leading_sketch():
     for c in sorted(first, key=lambda c: -fake[c.key]):
         best_by_sketch.setdefault(c.trace.sketch, c)
     leading = list(best_by_sketch)[:2]
-    local = search._local_mutants(6)
+    local = search._local_mutants(6, sorted(search.measured, key=lambda m: -m[1]))
     assert len(local) == 6 and len({c.key for c in local}) == 6
     assert all(c.trace.sketch in leading for c in local)
     assert not {c.key for c in local} & {c.key for c in first}

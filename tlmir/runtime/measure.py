@@ -53,16 +53,16 @@ def measure_in_process(func: PrimFunc, inputs: list[np.ndarray], expected: list[
     outs = [np.full(e.shape, np.nan, e.dtype) for e in expected]
     t0 = time.perf_counter()
     kernel(*inputs, *outs)
-    first = time.perf_counter() - t0
+    per_call = time.perf_counter() - t0  # the cold verifying run, until a warm one is needed
     wrong = check_outputs(outs, expected, rtol, atol)
     if wrong:
         return MeasureResult(False, error=wrong, kind="wrong")
-    if (cutoff is not None and first > cutoff) or first * repeat > 2.0:
-        first = kernel.benchmark(*inputs, *outs, warmup=0, repeat=1, min_time=0.0).min  # warm
-    if cutoff is not None and first > cutoff:
-        return MeasureResult(True, first, first, [first])
-    repeat = max(2, min(repeat, int(2.0 / max(first, 1e-9))))  # about 2 s at most per candidate
-    t = kernel.benchmark(*inputs, *outs, warmup=1 if first > 0.05 else 2, repeat=repeat)
+    if (cutoff is not None and per_call > cutoff) or per_call * repeat > 2.0:
+        per_call = kernel.benchmark(*inputs, *outs, warmup=0, repeat=1, min_time=0.0).min
+    if cutoff is not None and per_call > cutoff:
+        return MeasureResult(True, per_call, per_call, [per_call])
+    repeat = max(2, min(repeat, int(2.0 / max(per_call, 1e-9))))  # about 2 s at most per candidate
+    t = kernel.benchmark(*inputs, *outs, warmup=1 if per_call > 0.05 else 2, repeat=repeat)
     return MeasureResult(True, t.median, t.min, list(t.times))
 
 

@@ -50,16 +50,22 @@ class RandomSearch:
         self.rng = random.Random(seed)
         self.seen: set[str] = set()
 
-    def _sample(self, n: int, exclude: set) -> list[Candidate]:
-        """Up to n random candidates, distinct and not in `exclude`."""
+    def _distinct(self, n: int, draw, exclude: set, lowered_only: bool = False) -> list[Candidate]:
+        """Up to n distinct candidates from `draw()` not in `exclude` (at most 20 n draws);
+        `lowered_only` drops those that failed to lower."""
         out: dict[str, Candidate] = {}
         for _ in range(n * 20):
             if len(out) == n:
                 break
-            cand = make_candidate(self.space, self.args, self.space.sample(self.rng))
-            if cand.key not in exclude:
+            cand = draw()
+            if cand.key not in exclude and not (lowered_only and cand.func is None):
                 out.setdefault(cand.key, cand)
         return list(out.values())
+
+    def _sample(self, n: int, exclude: set) -> list[Candidate]:
+        """Up to n random candidates, distinct and not in `exclude`."""
+        return self._distinct(n, lambda: make_candidate(self.space, self.args, self.space.sample(self.rng)),
+                              exclude)
 
     def round_size(self, done: int) -> int:
         """How many programs the next round measures, `done` measured so far."""
@@ -111,8 +117,8 @@ class EvolutionarySearch(RandomSearch):
 
     def propose(self, n: int) -> list[Candidate]:
         pop_size = self.sp.population
-        best = sorted(self.measured, key=lambda m: -m[1])[: pop_size // 2]
-        pop = [c for c, t in best if t > 0]
+        fastest_first = sorted(self.measured, key=lambda m: -m[1])
+        pop = [c for c, t in fastest_first[: pop_size // 2] if t > 0]
         pop += self._sample(pop_size - len(pop), {c.key for c in pop})
         pool = {c.key: c for c in pop}
         for _ in range(self.sp.evolution_iters):
@@ -133,7 +139,7 @@ class EvolutionarySearch(RandomSearch):
             merged = pop + children
             order = np.argsort(-self._scores(merged), kind="stable")
             pop = [merged[i] for i in order[:pop_size]]
-        local = self._local_mutants(min(n, int(round(n * self.sp.local_share))))
+        local = self._local_mutants(min(n, int(round(n * self.sp.local_share))), fastest_first)
         taken = self.seen | {c.key for c in local}
         fresh = [c for c in pool.values() if c.key not in taken]
         ranked = [fresh[i] for i in np.argsort(-self._scores(fresh), kind="stable")]
@@ -148,28 +154,27 @@ class EvolutionarySearch(RandomSearch):
             picks += RandomSearch.propose(self, n - len(picks))
         return picks
 
-    def _local_mutants(self, k: int) -> list[Candidate]:
+    def _local_mutants(self, k: int, fastest_first: list[tuple[Candidate, float]]) -> list[Candidate]:
         """Up to k random one-answer mutants of the best measured programs, not ranked by the
         cost model: a model trained on the programs measured so far underrates programs unlike
         them, while the best program's neighbourhood is where the next gain most likely is
         (layernorm: the one-step mutants the model scored lowest ran 2.4x faster than the
-        best; docs/benchmarks.md, session 6). The parents are the best programs of the `local_parents`
-        best sketches, so a sketch the model has not learned to rate yet still gets refined
-        (mutation never changes the sketch); half the mutants come from the very best."""
+        best; docs/benchmarks.md, session 6). The parents are the best programs of the
+        `local_parents` best sketches, so a sketch the model has not learned to rate yet
+        still gets refined (mutation never changes the sketch); half the mutants come from
+        the very best. `fastest_first`: the measured (candidate, throughput), best first."""
         best_of_sketch: dict[int, Candidate] = {}
-        for c, t in sorted(self.measured, key=lambda m: -m[1]):
+        for c, t in fastest_first:
             if t > 0 and c.func is not None:
                 best_of_sketch.setdefault(c.trace.sketch, c)
         parents = list(best_of_sketch.values())[: self.sp.local_parents]
-        out: dict[str, Candidate] = {}
-        for _ in range(k * 20 if parents else 0):
-            if len(out) == k:
-                break
+        if not parents:
+            return []
+
+        def mutant() -> Candidate:
             parent = parents[0] if self.rng.random() < 0.5 else self.rng.choice(parents)
-            child = make_candidate(self.space, self.args, self.space.mutate(parent.trace, self.rng))
-            if child.func is not None and child.key not in self.seen:
-                out.setdefault(child.key, child)
-        return list(out.values())
+            return make_candidate(self.space, self.args, self.space.mutate(parent.trace, self.rng))
+        return self._distinct(k, mutant, self.seen, lowered_only=True)
 
     def update(self, measured: list[tuple[Candidate, float | None]]) -> None:
         super().update(measured)
