@@ -59,7 +59,10 @@ def test_sft_raises_the_likelihood_of_the_demonstrations(tmp_path):
 
 
 def test_sft_skips_demonstrations_the_vocabulary_cannot_spell(tmp_path):
-    demos = _demos(Task.from_op(ops.matmul(32, 48, 64)), 3)
+    base_tok = load_model(BASE_MODEL)[1]
+    demos = [d for d in _demos(Task.from_op(ops.matmul(32, 48, 64)), 12)
+             if not base_tok.covers(d.split())][:3]  # the packed-B sketches are newer (see above)
+    assert len(demos) == 3
     unknown = demos[0].replace("C.", "C.zz", 1)
     logs = []
     stats = sft(BASE_MODEL, demos + [unknown], str(tmp_path / "sft"), epochs=1, batch_size=4,

@@ -1,4 +1,5 @@
-"""The `pack` derivation rule: dense's N×K weight read through a K×N packed copy.
+"""The `pack` derivation rule: dense's N×K weight read through a K×N packed copy, and
+matmul's B read through a K×(tile width) panel.
 
 Sketch-count / id stability, the layout-permuting cache_read, and the property that random
 traces of the new sketches lower, compile and match numpy (and replay exactly)."""
@@ -20,27 +21,32 @@ from schedutil import assert_program_matches, assert_replays_identically
 HW2 = HardwareParams(cores=2)
 
 
-def test_rule_fires_on_dense_weight_only():
+def test_rule_fires_on_inputs_indexed_by_the_vectorized_axis_and_a_reduction():
     op = ops.dense(8, 24, 16, bias=True, act="gelu")
     d = op.outputs[0].op
     while d.name != "D":
         d = d.inputs()[0].op
-    assert pack_layouts(d) == [("W", (1, 0))]
-    for other in (ops.matmul(8, 8, 8), ops.make("batch_matmul", B=2, M=4, N=4, K=4)):
+    assert pack_layouts(d) == [("W", (1, 0))]           # N x K: transposed
+    assert pack_layouts(ops.matmul(8, 8, 8).outputs[0].op) == [("B", (0, 1))]  # a K x N panel
+    bmm = ops.make("batch_matmul", B=2, M=4, N=4, K=4).outputs[0].op
+    assert pack_layouts(bmm) == [("B", (0, 1, 2))]
+    for other in (ops.softmax(4, 8), ops.conv2d_nchw(1, 2, 6, 6, 2, 3, 3, padding=1)):
         assert all(not pack_layouts(t.op) for t in other.outputs)
 
 
 @pytest.mark.parametrize("op, count", [
     (ops.dense(128, 3072, 768, bias=True, act="gelu"), 6),  # tile_fuse 1, 2, tile; + packed W
     (ops.dense(64, 64, 64), 6),                               # cache_write 1, 2, tile; + packed W
+    (ops.matmul(64, 64, 64), 6),                              # the same; + a panel of B
 ])
 def test_pack_sketches_are_appended(op, count):
     sketches = SearchSpace(op.outputs, HW2).sketches
     assert len(sketches) == count
     half = count // 2
+    packed_input, reader = ("B", "C") if op.name.startswith("matmul") else ("W", "D")
     for plain, packed in zip(sketches[:half], sketches[half:]):
         assert packed.rules[:len(plain.rules)] == plain.rules
-        assert packed.rules[len(plain.rules):] == (("W", "pack", "D"),)
+        assert packed.rules[len(plain.rules):] == ((packed_input, "pack", reader),)
 
 
 def test_cache_read_layout_computes_the_same_and_replays():
@@ -60,20 +66,25 @@ def test_cache_read_layout_computes_the_same_and_replays():
     assert str(tlmir.lower(s2, op.args)) == str(tlmir.lower(s, op.args))
 
 
-@pytest.mark.parametrize("shape", [dict(M=8, N=24, K=16, bias=True, act="gelu"),
-                                   dict(M=6, N=40, K=12),            # cache_write sketches
-                                   dict(M=5, N=36, K=20, bias=True)])  # odd extents
-def test_random_pack_traces_compile_match_and_round_trip(shape):
-    op = ops.make("dense", **shape)
+@pytest.mark.parametrize("name, shape", [
+    ("dense", dict(M=8, N=24, K=16, bias=True, act="gelu")),
+    ("dense", dict(M=6, N=40, K=12)),                      # cache_write sketches
+    ("dense", dict(M=5, N=36, K=20, bias=True)),           # odd extents
+    ("matmul", dict(M=7, N=48, K=20)),                     # panels of B
+    ("batch_matmul", dict(B=3, M=5, N=32, K=12)),
+])
+def test_random_pack_traces_compile_match_and_round_trip(name, shape):
+    op = ops.make(name, **shape)
     space = SearchSpace(op.outputs, HW2)
     first = len(space.sketches) // 2
+    packed = "W.pack" if name == "dense" else "B.pack"
     rng = random.Random(11)
     ins = op.random_inputs(0)
     want = op.run_reference(*ins)
     for n in range(12):
         sid = first + n % (len(space.sketches) - first)
         sch, trace = space.apply(sid, RandomDecider(rng))
-        assert any(st.name == "W.pack" for st in sch.stages)
+        assert any(st.name == packed for st in sch.stages)
         assert_program_matches(sch, op, ins, want, trace)
         assert_replays_identically(space, trace, tlmir.lower(sch, op.args), op.args)
 

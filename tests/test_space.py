@@ -25,7 +25,9 @@ HW2 = HardwareParams(cores=2)
     (ops.softmax(128, 3072), HW2, 9),
 ])
 def test_ansor_sketch_counts(op, hw, count):
-    assert len(SearchSpace(op.outputs, hw).sketches) == count
+    """Ansor's counts, before the `pack` copies our rule appends (tests/test_pack.py)."""
+    sketches = SearchSpace(op.outputs, hw).sketches
+    assert len([s for s in sketches if not any(r == "pack" for _, r, _ in s.rules)]) == count
 
 
 def test_factorizations_respect_innermost_limit():

@@ -98,10 +98,10 @@ _TILED = ("tile", "tile_fuse", "cache_write")
 
 
 def _pack_variants(dag: ComputeDAG, sketches: list[tuple]) -> list[tuple]:
-    """Each sketch with a multi-level-tiled stage that reads an input as a gather along its
-    vectorized axis (packing.pack_layouts), again with that input packed: rule entries
-    (input, "pack", stage) at the end. Appended after every plain sketch, so the ids of the
-    sketches of tasks without such an input (and of the plain ones) do not change."""
+    """Each sketch with a multi-level-tiled stage that reads an input worth packing
+    (indexed by its vectorized axis and a reduction: packing.pack_layouts), again with that
+    input packed: rule entries (input, "pack", stage) at the end. Appended after every
+    plain sketch, so the plain sketches keep their ids (and their traces and records)."""
     out = []
     for rules in sketches:
         packs = tuple((name, "pack", s) for s, r, _ in rules if r in _TILED
@@ -222,7 +222,8 @@ class _Builder:
         rf.reorder(*(spatial + list(rf.op.reduce_axis) + [fa]))
 
     def _pack(self, src: Stage, reader: str) -> None:
-        """cache_read `src` into `src.pack` with the tiled stage's vectorized dimension last;
+        """cache_read `src` into `src.pack` with the tiled stage's vectorized dimension last
+        (a transposed copy, or a panel in `src`'s own layout);
         the stage that computes the tiles (`reader`, or its `.local` copy) reads it. Where it
         is computed (`at src.pack`) sets the panel: once per outer tile of that dimension
         up to once per inner tile."""
