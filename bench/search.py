@@ -8,7 +8,8 @@ Tuning appends to one records DB per strategy under --db-dir, so an interrupted 
 resumes where it stopped; budgets run in increasing order, so the 64-measurement
 numbers exist long before the 1000-measurement ones. The report rebuilds the best
 program after k measurements of each strategy and times it (median) with 1 and 2
-threads, next to numpy and PyTorch timed in the same run. Tuning itself measures with
+threads, next to numpy and PyTorch timed in the same run (in a child process of their
+own: see tlmir.ops.baselines.baseline_times_isolated). Tuning itself measures with
 all cores. It also reports the throughput of the space: candidates sampled / lowered /
 compiled per second.
 """
@@ -25,7 +26,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # numpy is a single-thread b
 from tlmir import ops  # noqa: E402
 from tlmir.codegen_cpu import compile_func  # noqa: E402
 from tlmir.evaluate import time_program  # noqa: E402
-from tlmir.ops.baselines import baseline_times  # noqa: E402
+from tlmir.ops.baselines import baseline_times_isolated  # noqa: E402
 from tlmir.runtime.records import RecordDB  # noqa: E402
 from tlmir.runtime.target import SearchParams, host_hardware  # noqa: E402
 from tlmir.runtime.task import Task  # noqa: E402
@@ -84,8 +85,8 @@ def report(budgets, strategies, db_dir, workloads) -> list[dict]:
         op = make()
         task = Task.from_op(op, name=name)
         row = {"workload": name, "gflop": op.flops / 1e9}
-        for threads in (1, 2):
-            for fw, t in baseline_times(op, task.random_inputs(0), threads).items():
+        for threads, times in baseline_times_isolated(op, task.random_inputs(0), (1, 2)).items():
+            for fw, t in times.items():
                 row[f"{fw}_{threads}t_s"] = t
         for strategy in strategies:
             path = os.path.join(db_dir, f"{strategy}.db")

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from tlmir import ops
-from tlmir.ops.baselines import baseline_times, baselines, prepare, time_baseline
+from tlmir.ops.baselines import (baseline_times, baseline_times_isolated, baselines, prepare,
+                                 time_baseline)
 
 from test_ops_schedules import CASES
 
@@ -113,3 +114,14 @@ def test_baseline_times_restores_threads(name):
     assert set(times) == set(baselines(op))
     assert all(isinstance(v, float) and v > 0 for v in times.values())
     assert torch.get_num_threads() == prev
+
+
+def test_isolated_baselines_time_each_thread_count_in_a_child(monkeypatch):
+    """The child rebuilds the op from its name and parameters and times every baseline at
+    each thread count (also when the parent runs with OMP_WAIT_POLICY=PASSIVE)."""
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    op = ops.dense(8, 16, 12, bias=True, act="gelu")
+    times = baseline_times_isolated(op, op.random_inputs(), threads=(1, 2), repeat=2)
+    assert sorted(times) == [1, 2]
+    for per in times.values():
+        assert set(per) == set(baselines(op)) and all(v > 0 for v in per.values())

@@ -21,6 +21,8 @@ single-threaded regardless.
 from __future__ import annotations
 
 import math
+import multiprocessing as mp
+import os
 import statistics
 import time
 from typing import Callable, Sequence
@@ -303,4 +305,26 @@ def baseline_times(op: OpDef, inputs: Sequence[np.ndarray], threads: int,
     return times
 
 
-__all__ = ["FRAMEWORKS", "baselines", "prepare", "time_baseline", "baseline_times"]
+def _isolated_child(name: str, params: dict, inputs: list, threads: Sequence[int],
+                    repeat: int) -> dict[int, dict[str, float]]:
+    os.environ.pop("OMP_WAIT_POLICY", None)  # torch with its own defaults (before it loads)
+    from . import make
+    op = make(name, **params)
+    return {t: baseline_times(op, inputs, t, repeat) for t in threads}
+
+
+def baseline_times_isolated(op: OpDef, inputs: Sequence[np.ndarray], threads: Sequence[int],
+                            repeat: int = 10) -> dict[int, dict[str, float]]:
+    """baseline_times for each thread count, in a fresh process with torch's default
+    OpenMP settings: {threads: {framework: seconds}}. Timed in the process that also runs
+    tlmir kernels, the two OpenMP runtimes compete for the cores: threads of one spinning
+    after its parallel region slow the other, and OMP_WAIT_POLICY=PASSIVE (which stops
+    that) left torch's 2-thread batch_matmul no faster than 1 thread."""
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(1) as pool:
+        return pool.apply(_isolated_child, (op.name, dict(op.params), list(inputs), list(threads),
+                                            repeat))
+
+
+__all__ = ["FRAMEWORKS", "baselines", "prepare", "time_baseline", "baseline_times",
+           "baseline_times_isolated"]
