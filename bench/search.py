@@ -3,6 +3,7 @@
     .venv/bin/python bench/search.py [--budgets 64,1000] [--strategies evolutionary,random]
                                      [--db-dir runs/bench] [--report-only] [--json out.json]
                                      [--workloads conv2d,matmul] [--seed 0] [--local-share 0.25] [--population 512]
+                                     [--rounds 3]
 
 Tuning appends to one records DB per strategy under --db-dir, so an interrupted run
 resumes where it stopped; budgets run in increasing order, so the 64-measurement
@@ -19,6 +20,7 @@ import argparse
 import json
 import os
 import random
+import statistics
 import time
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # numpy is a single-thread baseline
@@ -78,27 +80,34 @@ def space_throughput(op, seconds: float = 3.0) -> dict:
     return out
 
 
-def report(budgets, strategies, db_dir, workloads) -> list[dict]:
+def report(budgets, strategies, db_dir, workloads, rounds: int = 3) -> list[dict]:
+    """Each row's times are medians over `rounds` rounds; a round times the baselines (in
+    a child process) and then every best program, so slow spells of the shared machine
+    fall on both sides instead of on one number."""
     hw_key = host_hardware().key
     rows = []
     for name, make in workloads.items():
         op = make()
         task = Task.from_op(op, name=name)
-        row = {"workload": name, "gflop": op.flops / 1e9}
-        for threads, times in baseline_times_isolated(op, task.random_inputs(0), (1, 2)).items():
-            for fw, t in times.items():
-                row[f"{fw}_{threads}t_s"] = t
+        best = {}
         for strategy in strategies:
             path = os.path.join(db_dir, f"{strategy}.db")
-            if not os.path.exists(path):
-                continue
-            with RecordDB(path) as db:
-                for k in budgets:
-                    rec, n = best_after(db, task, hw_key, k)
-                    if rec is None or n < k:
-                        continue
-                    for threads in (1, 2):
-                        row[f"{strategy}{k}_{threads}t_s"] = time_program(task, rec.trace, threads)
+            if os.path.exists(path):
+                with RecordDB(path) as db:
+                    for k in budgets:
+                        rec, n = best_after(db, task, hw_key, k)
+                        if rec is not None and n >= k:
+                            best[f"{strategy}{k}"] = rec.trace
+        samples: dict[str, list[float]] = {}
+        for _ in range(rounds):
+            for threads, times in baseline_times_isolated(op, task.random_inputs(0), (1, 2)).items():
+                for fw, t in times.items():
+                    samples.setdefault(f"{fw}_{threads}t_s", []).append(t)
+            for key, trace in best.items():
+                for threads in (1, 2):
+                    samples.setdefault(f"{key}_{threads}t_s", []).append(time_program(task, trace, threads))
+        row = {"workload": name, "gflop": op.flops / 1e9}
+        row.update({key: statistics.median(ts) for key, ts in samples.items()})
         rows.append(row)
         print(format_row(row, budgets, strategies), flush=True)
     return rows
@@ -121,6 +130,7 @@ def main() -> None:
     p.add_argument("--strategies", default="evolutionary,random")
     p.add_argument("--db-dir", default="runs/bench")
     p.add_argument("--report-only", action="store_true")
+    p.add_argument("--rounds", type=int, default=3, help="report: timing rounds per row (medians)")
     p.add_argument("--json")
     p.add_argument("--workloads", help="comma-separated name prefixes (default: all six)")
     p.add_argument("--seed", type=int, default=0, help="search seed (use a fresh --db-dir per seed)")
@@ -136,7 +146,7 @@ def main() -> None:
         overrides = {k: getattr(a, k) for k in ("local_share", "population") if getattr(a, k) is not None}
         sp = SearchParams(**overrides) if overrides else None
         tune_all(budgets, strategies, a.db_dir, workloads, a.seed, sp)
-    rows = report(budgets, strategies, a.db_dir, workloads)
+    rows = report(budgets, strategies, a.db_dir, workloads, a.rounds)
     thr = space_throughput(ops.matmul(1024, 1024, 1024))
     print("space throughput (matmul 1024^3, per second): " +
           ", ".join(f"{k} {v:.1f}" for k, v in thr.items()))

@@ -414,3 +414,21 @@ def test_division_by_lane_invariant_value_is_a_reciprocal_multiply():
     out = np.zeros((4, n), np.float32)
     k(a, s, out)
     np.testing.assert_allclose(out, a / s[:, None], rtol=1e-6)
+
+
+@pytest.mark.skipif(not have_openmp(), reason="libgomp not available")
+def test_kernels_openmp_ignores_a_passive_wait_policy():
+    """`tlmir tune | eval | iterate` set OMP_WAIT_POLICY=PASSIVE for torch; tlmir's libgomp
+    loads without it (its threads may spin before sleeping: GOMP_SPINCOUNT stays at its
+    default, where PASSIVE makes it 0 and every kernel call waits for threads to wake)."""
+    import subprocess
+    import sys
+    code = ("import os; from tlmir.codegen_cpu import have_openmp; have_openmp(); "
+            "print('policy', os.environ['OMP_WAIT_POLICY'])")
+    env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE", OMP_DISPLAY_ENV="verbose")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "policy PASSIVE" in out.stdout          # the process's own setting is restored
+    spin = [line for line in (out.stdout + out.stderr).splitlines() if "GOMP_SPINCOUNT" in line]
+    assert spin and "'0'" not in spin[0], spin

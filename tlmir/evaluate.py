@@ -237,8 +237,11 @@ class Evaluation:
 
     def report(self, threads: int | None = None) -> dict:
         """Re-time every framework's best program per task; Framework_k sums and speedups."""
-        from .ops.baselines import baseline_times
+        from .ops.baselines import baselines_isolated
         threads = threads or os.cpu_count() or 1
+        with_op = [t for t in self.tasks if getattr(t, "op", None) is not None]
+        torch_s = {t.key: b[threads].get("torch") for t, b in zip(with_op, baselines_isolated(
+            [(t.op, t.random_inputs(0)) for t in with_op], [threads]))}
         rows = []
         for task in self.tasks:
             row = {"task": task.name, "key": task.key, "category": category(task), "flops": task.flops,
@@ -249,10 +252,8 @@ class Evaluation:
                     continue
                 row["seconds"][fw.label] = time_program(task, rec.trace, threads)
                 row["wall_seconds"][fw.label] = self._wall_at(fw, task)
-            if getattr(task, "op", None) is not None:
-                torch_s = baseline_times(task.op, task.random_inputs(0), threads).get("torch")
-                if torch_s:
-                    row["seconds"]["pytorch"] = torch_s
+            if torch_s.get(task.key):
+                row["seconds"]["pytorch"] = torch_s[task.key]
             rows.append(row)
             self.log(f"[report] {task.name}: " + ", ".join(
                 f"{k} {task.flops / v / 1e9:.1f}" for k, v in row["seconds"].items()) + " GFLOP/s")
@@ -327,14 +328,16 @@ def retime_network(rep: dict, threads: int | None = None) -> dict:
 
 
 def _time_network(rep: dict, tasks: list, traces: list, counts: list, threads: int | None) -> dict:
-    from .ops.baselines import baseline_times
+    from .ops.baselines import baselines_isolated
     threads = threads or os.cpu_count() or 1
+    with_op = [t for t, _ in tasks if t.op is not None]
+    torch_s = {t.key: b[threads].get("torch") for t, b in zip(with_op, baselines_isolated(
+        [(t.op, t.random_inputs(0)) for t in with_op], [threads]))}
     rows = []
     for (task, w), trace, n in zip(tasks, traces, counts):
         row = {"task": task.name, "weight": w, "measurements": n,
                "tuned": time_program(task, trace, threads) if trace else math.inf,
-               "default": default_seconds(task, threads)}
-        row["pytorch"] = baseline_times(task.op, task.random_inputs(0), threads).get("torch") if task.op else None
+               "default": default_seconds(task, threads), "pytorch": torch_s.get(task.key)}
         rows.append(row)
     total = {k: sum(r["weight"] * r[k] for r in rows) for k in ("tuned", "default")}
     total["pytorch"] = (sum(r["weight"] * r["pytorch"] for r in rows)

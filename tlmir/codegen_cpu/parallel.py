@@ -37,8 +37,19 @@ def _register(lib: ctypes.CDLL, names: tuple[str, ...]) -> None:
 
 @functools.cache
 def _gomp() -> ctypes.CDLL | None:
-    """libgomp with its entry points registered, or None (parallel loops then run serially)."""
-    lib = _open("gomp", "libgomp.so.1")
+    """libgomp with its entry points registered, or None (parallel loops then run serially).
+
+    It is loaded with OMP_WAIT_POLICY unset whatever the process's setting (libgomp reads
+    it once, when it loads): `tlmir tune | eval | iterate` set PASSIVE for torch's own
+    OpenMP runtime (a separate library), and under PASSIVE every parallel kernel call
+    waited for sleeping threads to wake: 34 -> 172 us for a softmax, 10 -> 86 us for a
+    layernorm at 2 threads on this machine."""
+    saved = os.environ.pop("OMP_WAIT_POLICY", None)
+    try:
+        lib = _open("gomp", "libgomp.so.1")
+    finally:
+        if saved is not None:
+            os.environ["OMP_WAIT_POLICY"] = saved
     if lib is None or not all(hasattr(lib, n) for n in _OMP_SYMBOLS):
         return None
     _register(lib, _OMP_SYMBOLS)

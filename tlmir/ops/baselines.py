@@ -16,7 +16,8 @@ Threads: `baseline_times(op, inputs, threads)` sets torch's intra-op thread coun
 measurement and restores it afterwards. numpy's BLAS thread count cannot be changed at run
 time without threadpoolctl, so the numpy times use whatever OPENBLAS_NUM_THREADS (or
 OMP_NUM_THREADS / MKL_NUM_THREADS) the process started with; numpy's element-wise code is
-single-threaded regardless.
+single-threaded regardless. Next to tlmir kernels, time them with `baselines_isolated`
+(a child process of their own, torch's default OpenMP settings).
 """
 from __future__ import annotations
 
@@ -305,26 +306,35 @@ def baseline_times(op: OpDef, inputs: Sequence[np.ndarray], threads: int,
     return times
 
 
-def _isolated_child(name: str, params: dict, inputs: list, threads: Sequence[int],
-                    repeat: int) -> dict[int, dict[str, float]]:
+def _isolated_child(cases: list, threads: Sequence[int], repeat: int) -> list[dict[int, dict[str, float]]]:
     os.environ.pop("OMP_WAIT_POLICY", None)  # torch with its own defaults (before it loads)
     from . import make
-    op = make(name, **params)
-    return {t: baseline_times(op, inputs, t, repeat) for t in threads}
+    return [{t: baseline_times(make(name, **params), inputs, t, repeat) for t in threads}
+            for name, params, inputs in cases]
+
+
+def baselines_isolated(cases: Sequence[tuple[OpDef, Sequence[np.ndarray]]], threads: Sequence[int],
+                       repeat: int = 10) -> list[dict[int, dict[str, float]]]:
+    """baseline_times of each (op, inputs) at each thread count, in one fresh process with
+    torch's default OpenMP settings: [{threads: {framework: seconds}}], in `cases` order.
+
+    Timed in the process that also runs tlmir kernels, the two OpenMP runtimes compete
+    for the cores: threads of one spinning after its parallel region slow the other. And
+    OMP_WAIT_POLICY=PASSIVE, which stops that, puts torch's threads to sleep between
+    parallel regions: its 2-thread batch_matmul 12x128x128x64 then ran no faster than 1
+    thread (151 against 323 GFLOP/s)."""
+    jobs = [(op.name, dict(op.params), list(inputs)) for op, inputs in cases]
+    if not jobs:
+        return []
+    with mp.get_context("spawn").Pool(1) as pool:
+        return pool.apply(_isolated_child, (jobs, list(threads), repeat))
 
 
 def baseline_times_isolated(op: OpDef, inputs: Sequence[np.ndarray], threads: Sequence[int],
                             repeat: int = 10) -> dict[int, dict[str, float]]:
-    """baseline_times for each thread count, in a fresh process with torch's default
-    OpenMP settings: {threads: {framework: seconds}}. Timed in the process that also runs
-    tlmir kernels, the two OpenMP runtimes compete for the cores: threads of one spinning
-    after its parallel region slow the other, and OMP_WAIT_POLICY=PASSIVE (which stops
-    that) left torch's 2-thread batch_matmul no faster than 1 thread."""
-    ctx = mp.get_context("spawn")
-    with ctx.Pool(1) as pool:
-        return pool.apply(_isolated_child, (op.name, dict(op.params), list(inputs), list(threads),
-                                            repeat))
+    """baselines_isolated for one op: {threads: {framework: seconds}}."""
+    return baselines_isolated([(op, inputs)], threads, repeat)[0]
 
 
 __all__ = ["FRAMEWORKS", "baselines", "prepare", "time_baseline", "baseline_times",
-           "baseline_times_isolated"]
+           "baselines_isolated", "baseline_times_isolated"]
