@@ -306,17 +306,28 @@ def baseline_times(op: OpDef, inputs: Sequence[np.ndarray], threads: int,
     return times
 
 
-def _isolated_child(cases: list, threads: Sequence[int], repeat: int) -> list[dict[int, dict[str, float]]]:
+def _isolated_child(cases: list, threads: Sequence[int], repeat: int,
+                    tries: int) -> list[dict[int, dict[str, float]]]:
     os.environ.pop("OMP_WAIT_POLICY", None)  # torch with its own defaults (before it loads)
     from . import make
-    return [{t: baseline_times(make(name, **params), inputs, t, repeat) for t in threads}
-            for name, params, inputs in cases]
+    out = []
+    for name, params, inputs in cases:
+        op = make(name, **params)
+        per = {}
+        for t in threads:
+            runs = [baseline_times(op, inputs, t, repeat) for _ in range(tries)]
+            per[t] = {fw: min(r[fw] for r in runs) for fw in runs[0]}
+        out.append(per)
+    return out
 
 
 def baselines_isolated(cases: Sequence[tuple[OpDef, Sequence[np.ndarray]]], threads: Sequence[int],
-                       repeat: int = 10) -> list[dict[int, dict[str, float]]]:
+                       repeat: int = 10, tries: int = 3) -> list[dict[int, dict[str, float]]]:
     """baseline_times of each (op, inputs) at each thread count, in one fresh process with
     torch's default OpenMP settings: [{threads: {framework: seconds}}], in `cases` order.
+    Each is the fastest of `tries` medians: in such a process torch's 2-thread time of a
+    15-us op was now and then 7.5 ms for a whole measurement, and a stall is not
+    PyTorch's speed.
 
     Timed in the process that also runs tlmir kernels, the two OpenMP runtimes compete
     for the cores: threads of one spinning after its parallel region slow the other. And
@@ -327,13 +338,13 @@ def baselines_isolated(cases: Sequence[tuple[OpDef, Sequence[np.ndarray]]], thre
     if not jobs:
         return []
     with mp.get_context("spawn").Pool(1) as pool:
-        return pool.apply(_isolated_child, (jobs, list(threads), repeat))
+        return pool.apply(_isolated_child, (jobs, list(threads), repeat, tries))
 
 
 def baseline_times_isolated(op: OpDef, inputs: Sequence[np.ndarray], threads: Sequence[int],
-                            repeat: int = 10) -> dict[int, dict[str, float]]:
+                            repeat: int = 10, tries: int = 3) -> dict[int, dict[str, float]]:
     """baselines_isolated for one op: {threads: {framework: seconds}}."""
-    return baselines_isolated([(op, inputs)], threads, repeat)[0]
+    return baselines_isolated([(op, inputs)], threads, repeat, tries)[0]
 
 
 __all__ = ["FRAMEWORKS", "baselines", "prepare", "time_baseline", "baseline_times",
