@@ -100,7 +100,7 @@ def report(budgets, strategies, db_dir, workloads, rounds: int = 3) -> list[dict
                             best[f"{strategy}{k}"] = rec.trace
         samples: dict[str, list[float]] = {}
         for _ in range(rounds):
-            for threads, times in baseline_times_isolated(op, task.random_inputs(0), (1, 2)).items():
+            for threads, times in baseline_times_isolated(op, (1, 2)).items():
                 for fw, t in times.items():
                     samples.setdefault(f"{fw}_{threads}t_s", []).append(t)
             for key, trace in best.items():

@@ -117,15 +117,16 @@ def test_baseline_times_restores_threads(name):
 
 
 def test_isolated_baselines_time_each_case_and_thread_count_in_a_child(monkeypatch):
-    """The child rebuilds each op from its name and parameters and times every baseline at
-    each thread count (also when the parent runs with OMP_WAIT_POLICY=PASSIVE)."""
+    """The child rebuilds each op from its name and parameters, draws its inputs and times
+    every baseline at each thread count (also when the parent runs with
+    OMP_WAIT_POLICY=PASSIVE)."""
     monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
     cases = [ops.dense(8, 16, 12, bias=True, act="gelu"), ops.softmax(4, 32)]
-    times = baselines_isolated([(op, op.random_inputs()) for op in cases], threads=(1, 2), repeat=2)
+    times = baselines_isolated(cases, threads=(1, 2), repeat=2, tries=1, processes=1)
     assert len(times) == 2
     for op, per_threads in zip(cases, times):
         assert sorted(per_threads) == [1, 2]
         for per in per_threads.values():
             assert set(per) == set(baselines(op)) and all(v > 0 for v in per.values())
-    one = baseline_times_isolated(cases[1], cases[1].random_inputs(), threads=(1,), repeat=2)
+    one = baseline_times_isolated(cases[1], threads=(1,), repeat=2, tries=2, processes=2)
     assert set(one) == {1} and set(one[1]) == set(baselines(cases[1]))

@@ -73,8 +73,7 @@ def _baselines(tasks, threads: int) -> list[dict]:
     """numpy / torch seconds of each task (those with an op), timed in a child process."""
     from .ops.baselines import baselines_isolated
     with_op = [t for t in tasks if getattr(t, "op", None) is not None]
-    times = dict(zip(map(id, with_op), baselines_isolated(
-        [(t.op, t.random_inputs(0)) for t in with_op], [threads])))
+    times = dict(zip(map(id, with_op), baselines_isolated([t.op for t in with_op], [threads])))
     return [times[id(t)][threads] if id(t) in times else {} for t in tasks]
 
 

@@ -240,8 +240,8 @@ class Evaluation:
         from .ops.baselines import baselines_isolated
         threads = threads or os.cpu_count() or 1
         with_op = [t for t in self.tasks if getattr(t, "op", None) is not None]
-        torch_s = {t.key: b[threads].get("torch") for t, b in zip(with_op, baselines_isolated(
-            [(t.op, t.random_inputs(0)) for t in with_op], [threads]))}
+        torch_s = {t.key: b[threads].get("torch")
+                   for t, b in zip(with_op, baselines_isolated([t.op for t in with_op], [threads]))}
         rows = []
         for task in self.tasks:
             row = {"task": task.name, "key": task.key, "category": category(task), "flops": task.flops,
@@ -331,8 +331,8 @@ def _time_network(rep: dict, tasks: list, traces: list, counts: list, threads: i
     from .ops.baselines import baselines_isolated
     threads = threads or os.cpu_count() or 1
     with_op = [t for t, _ in tasks if t.op is not None]
-    torch_s = {t.key: b[threads].get("torch") for t, b in zip(with_op, baselines_isolated(
-        [(t.op, t.random_inputs(0)) for t in with_op], [threads]))}
+    torch_s = {t.key: b[threads].get("torch")
+               for t, b in zip(with_op, baselines_isolated([t.op for t in with_op], [threads]))}
     rows = []
     for (task, w), trace, n in zip(tasks, traces, counts):
         row = {"task": task.name, "weight": w, "measurements": n,

@@ -22,14 +22,17 @@ single-threaded regardless. Next to tlmir kernels, time them with `baselines_iso
 from __future__ import annotations
 
 import math
-import multiprocessing as mp
 import os
+import pickle
 import statistics
+import subprocess
+import sys
 import time
 from typing import Callable, Sequence
 
 import numpy as np
 
+from ..errors import TlmirError
 from .base import OpDef
 
 FRAMEWORKS = ("torch", "numpy")
@@ -311,8 +314,9 @@ def _isolated_child(cases: list, threads: Sequence[int], repeat: int,
     os.environ.pop("OMP_WAIT_POLICY", None)  # torch with its own defaults (before it loads)
     from . import make
     out = []
-    for name, params, inputs in cases:
+    for name, params in cases:
         op = make(name, **params)
+        inputs = op.random_inputs(0)
         per = {}
         for t in threads:
             runs = [baseline_times(op, inputs, t, repeat) for _ in range(tries)]
@@ -321,30 +325,45 @@ def _isolated_child(cases: list, threads: Sequence[int], repeat: int,
     return out
 
 
-def baselines_isolated(cases: Sequence[tuple[OpDef, Sequence[np.ndarray]]], threads: Sequence[int],
-                       repeat: int = 10, tries: int = 3) -> list[dict[int, dict[str, float]]]:
-    """baseline_times of each (op, inputs) at each thread count, in one fresh process with
-    torch's default OpenMP settings: [{threads: {framework: seconds}}], in `cases` order.
-    Each is the fastest of `tries` medians: in such a process torch's 2-thread time of a
-    15-us op was now and then 7.5 ms for a whole measurement, and a stall is not
-    PyTorch's speed.
+def baselines_isolated(ops: Sequence[OpDef], threads: Sequence[int], repeat: int = 10,
+                       tries: int = 3, processes: int = 2) -> list[dict[int, dict[str, float]]]:
+    """baseline_times of each op on `op.random_inputs(0)` (the arrays `Task.random_inputs(0)`
+    gives its task) at each thread count, timed in fresh Python processes with torch's
+    default OpenMP settings: [{threads: {framework: seconds}}], in `ops` order.
 
-    Timed in the process that also runs tlmir kernels, the two OpenMP runtimes compete
-    for the cores: threads of one spinning after its parallel region slow the other. And
-    OMP_WAIT_POLICY=PASSIVE, which stops that, puts torch's threads to sleep between
-    parallel regions: its 2-thread batch_matmul 12x128x128x64 then ran no faster than 1
-    thread (151 against 323 GFLOP/s)."""
-    jobs = [(op.name, dict(op.params), list(inputs)) for op, inputs in cases]
+    Each time is the fastest of `tries` medians in each of `processes` processes: on this
+    shared machine torch's 2-thread time of a 15-us op was now and then 7.5 ms for a whole
+    measurement, a whole fresh process sometimes ran its 2-thread conv at half speed, and
+    a stall is not PyTorch's speed. The child draws the arrays itself: on arrays sent to
+    it by pickle torch's conv ran 30% (1 thread) to 45% (2 threads) slower; and it is a
+    plain interpreter, as in a multiprocessing child the 2-thread conv ran 25% slower.
+
+    Why not in the caller's process: there the two OpenMP runtimes (torch's and the one
+    tlmir's kernels use) compete for the cores, threads of one spinning after its parallel
+    region slowing the other; and OMP_WAIT_POLICY=PASSIVE, which stops that, puts
+    torch's threads to sleep between parallel regions: its 2-thread batch_matmul
+    12x128x128x64 then ran no faster than 1 thread (151 against 323 GFLOP/s)."""
+    jobs = [(op.name, dict(op.params)) for op in ops]
     if not jobs:
         return []
-    with mp.get_context("spawn").Pool(1) as pool:
-        return pool.apply(_isolated_child, (jobs, list(threads), repeat, tries))
+    code = ("import pickle, sys; from tlmir.ops.baselines import _isolated_child; "
+            "sys.stdout.buffer.write(pickle.dumps(_isolated_child(*pickle.load(sys.stdin.buffer))))")
+    payload = pickle.dumps((jobs, list(threads), repeat, tries))
+    runs = []
+    for _ in range(max(1, processes)):
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, input=payload)
+        if done.returncode != 0:
+            raise TlmirError(f"timing the baselines in a child process failed: "
+                             f"{done.stderr.decode(errors='replace')[-800:]}")
+        runs.append(pickle.loads(done.stdout))
+    return [{t: {fw: min(r[c][t][fw] for r in runs) for fw in runs[0][c][t]} for t in runs[0][c]}
+            for c in range(len(jobs))]
 
 
-def baseline_times_isolated(op: OpDef, inputs: Sequence[np.ndarray], threads: Sequence[int],
-                            repeat: int = 10, tries: int = 3) -> dict[int, dict[str, float]]:
+def baseline_times_isolated(op: OpDef, threads: Sequence[int], repeat: int = 10, tries: int = 3,
+                            processes: int = 2) -> dict[int, dict[str, float]]:
     """baselines_isolated for one op: {threads: {framework: seconds}}."""
-    return baselines_isolated([(op, inputs)], threads, repeat, tries)[0]
+    return baselines_isolated([op], threads, repeat, tries, processes)[0]
 
 
 __all__ = ["FRAMEWORKS", "baselines", "prepare", "time_baseline", "baseline_times",
