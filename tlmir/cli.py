@@ -69,14 +69,6 @@ def _summary_row(res, baselines: dict) -> str:
     return row
 
 
-def _baselines(tasks, threads: int) -> list[dict]:
-    """numpy / torch seconds of each task (those with an op), timed in a child process."""
-    from .ops.baselines import baselines_isolated
-    with_op = [t for t in tasks if getattr(t, "op", None) is not None]
-    times = dict(zip(map(id, with_op), baselines_isolated([t.op for t in with_op], [threads])))
-    return [times[id(t)][threads] if id(t) in times else {} for t in tasks]
-
-
 def cmd_tune(args) -> None:
     import json
     import os
@@ -97,7 +89,9 @@ def cmd_tune(args) -> None:
         results = [tune(Task.from_op(op_from_args(args)), trials=args.trials, strategy=args.strategy,
                         db=args.db, seed=args.seed, progress=not args.json, model=args.model)]
     rows = []
-    bases = _baselines([r.task for r in results], threads) if not args.no_baselines else [{}] * len(results)
+    from .evaluate import task_baselines
+    bases = (task_baselines([r.task for r in results], threads) if not args.no_baselines
+             else [{}] * len(results))
     for r, base in zip(results, bases):
         d = r.to_dict()
         d.update({f"{k}_seconds": v for k, v in base.items()})

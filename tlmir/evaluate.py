@@ -96,6 +96,15 @@ def frameworks(budgets: list[int], baseline: str) -> list[Framework]:
     return out
 
 
+def task_baselines(tasks, threads: int) -> list[dict[str, float]]:
+    """{framework: seconds} of each task at `threads` ({} for a task without an op), all
+    timed in child processes of their own (ops.baselines.baselines_isolated)."""
+    from .ops.baselines import baselines_isolated
+    has_op = [getattr(t, "op", None) is not None for t in tasks]
+    times = iter(baselines_isolated([t.op for t, ok in zip(tasks, has_op) if ok], [threads]))
+    return [next(times)[threads] if ok else {} for ok in has_op]
+
+
 def time_program(task: Task, trace_json: str, threads: int, repeat: int = 15) -> float:
     """Median seconds of a recorded program, rebuilt from its trace and checked first."""
     from .codegen_cpu import compile_func
@@ -237,13 +246,9 @@ class Evaluation:
 
     def report(self, threads: int | None = None) -> dict:
         """Re-time every framework's best program per task; Framework_k sums and speedups."""
-        from .ops.baselines import baselines_isolated
         threads = threads or os.cpu_count() or 1
-        with_op = [t for t in self.tasks if getattr(t, "op", None) is not None]
-        torch_s = {t.key: b[threads].get("torch")
-                   for t, b in zip(with_op, baselines_isolated([t.op for t in with_op], [threads]))}
         rows = []
-        for task in self.tasks:
+        for task, base in zip(self.tasks, task_baselines(self.tasks, threads)):
             row = {"task": task.name, "key": task.key, "category": category(task), "flops": task.flops,
                    "seconds": {}, "wall_seconds": {}}
             for fw in self.fws:
@@ -252,8 +257,8 @@ class Evaluation:
                     continue
                 row["seconds"][fw.label] = time_program(task, rec.trace, threads)
                 row["wall_seconds"][fw.label] = self._wall_at(fw, task)
-            if torch_s.get(task.key):
-                row["seconds"]["pytorch"] = torch_s[task.key]
+            if base.get("torch"):
+                row["seconds"]["pytorch"] = base["torch"]
             rows.append(row)
             self.log(f"[report] {task.name}: " + ", ".join(
                 f"{k} {task.flops / v / 1e9:.1f}" for k, v in row["seconds"].items()) + " GFLOP/s")
@@ -328,16 +333,13 @@ def retime_network(rep: dict, threads: int | None = None) -> dict:
 
 
 def _time_network(rep: dict, tasks: list, traces: list, counts: list, threads: int | None) -> dict:
-    from .ops.baselines import baselines_isolated
     threads = threads or os.cpu_count() or 1
-    with_op = [t for t, _ in tasks if t.op is not None]
-    torch_s = {t.key: b[threads].get("torch")
-               for t, b in zip(with_op, baselines_isolated([t.op for t in with_op], [threads]))}
+    bases = task_baselines([t for t, _ in tasks], threads)
     rows = []
-    for (task, w), trace, n in zip(tasks, traces, counts):
+    for (task, w), trace, n, base in zip(tasks, traces, counts, bases):
         row = {"task": task.name, "weight": w, "measurements": n,
                "tuned": time_program(task, trace, threads) if trace else math.inf,
-               "default": default_seconds(task, threads), "pytorch": torch_s.get(task.key)}
+               "default": default_seconds(task, threads), "pytorch": base.get("torch")}
         rows.append(row)
     total = {k: sum(r["weight"] * r[k] for r in rows) for k in ("tuned", "default")}
     total["pytorch"] = (sum(r["weight"] * r["pytorch"] for r in rows)
