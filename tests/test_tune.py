@@ -180,3 +180,36 @@ def test_bad_local_search_params_are_refused():
     for bad in ({"local_share": 1.5}, {"local_share": -0.1}, {"local_parents": 0}):
         with pytest.raises(ScheduleError, match="local_"):
             SearchParams(**bad)
+    for bad in ({"sketch_share": 1.5}, {"sketch_drop_factor": 0.5}):
+        with pytest.raises(ScheduleError, match="sketch_"):
+            SearchParams(**bad)
+
+
+def _fake_candidates(per_sketch: dict[int, int]):
+    from tlmir.schedule.decider import Trace
+    from tlmir.search.strategy import Candidate
+    return [Candidate(Trace(s, [("n", i)]), None) for s, n in per_sketch.items() for i in range(n)]
+
+
+def test_every_racing_sketch_keeps_its_share_of_the_model_picks():
+    from tlmir.schedule.space import SearchSpace
+    from tlmir.search.strategy import EvolutionarySearch
+    task = Task.from_op(ops.matmul(32, 32, 32))
+    sp = SearchParams(sketch_share=0.5, sketch_drop_factor=10.0)
+    search = EvolutionarySearch(SearchSpace(task.outputs, sp=sp), task.args, seed=0)
+    cands = _fake_candidates({0: 20, 1: 20, 2: 20, 3: 20})
+    # the model loves sketch 0 (scores 100..81), then 1, 2, 3; one sketch-3 candidate failed to lower
+    scores = np.array([100.0 - i for i in range(80)])
+    scores[79] = -np.inf
+    measured = [(cands[0], 1.0), (cands[20], 0.5), (cands[40], 0.05)]  # sketch 2: 20x slower
+    top = search._top(cands, scores, 12, measured)
+    sketches = [cands[i].trace.sketch for i in top]
+    # 12 * 0.5 = 6 reserved over sketches 0, 1, 3 (2 dropped out, 3 never measured): 2 each,
+    # each its own best-scored; the other 6 by global score, i.e. sketch 0
+    assert len(top) == 12 and len(set(top)) == 12
+    assert sketches.count(3) == 2 and sketches.count(1) == 2 and 2 not in sketches
+    assert {i for i in top if cands[i].trace.sketch == 3} == {60, 61}
+    assert sorted(i for i in top if cands[i].trace.sketch == 0) == list(range(8))
+    # share 0: the plain global ranking
+    search.sp = SearchParams(sketch_share=0.0)
+    assert search._top(cands, scores, 12, measured) == list(range(12))

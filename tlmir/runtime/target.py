@@ -44,6 +44,10 @@ class SearchParams:
     local_share: float = 0.25          # evolutionary search: share of a round measured as random,
                                        # unranked mutants of the best measured programs
     local_parents: int = 4             # ... of the best programs of this many best sketches
+    sketch_share: float = 0.25        # ... share of the population and of a round's model picks
+                                       # spread evenly over the sketches (each its own top-scored)
+    sketch_drop_factor: float = 10.0   # ... a sketch whose best is this much slower than the best
+                                       # loses that reserved share
     mutation_prob: float = 0.85
     tile_mutation: str = "move"        # "move": one factor between two levels (Ansor); "redraw": any tile
     evolution_iters: int = 4
@@ -58,6 +62,9 @@ class SearchParams:
         if not 0.0 <= self.local_share <= 1.0 or self.local_parents < 1:
             raise ScheduleError(f"SearchParams: local_share must be in [0, 1] and local_parents >= 1, "
                                 f"got {self.local_share!r} and {self.local_parents!r}")
+        if not 0.0 <= self.sketch_share <= 1.0 or self.sketch_drop_factor < 1.0:
+            raise ScheduleError(f"SearchParams: sketch_share must be in [0, 1] and sketch_drop_factor >= 1, "
+                                f"got {self.sketch_share!r} and {self.sketch_drop_factor!r}")
 
 
 def _cache_kb(level: int, default: int) -> int:

@@ -137,22 +137,50 @@ class EvolutionarySearch(RandomSearch):
                     pool[child.key] = child
                     children.append(child)
             merged = pop + children
-            order = np.argsort(-self._scores(merged), kind="stable")
-            pop = [merged[i] for i in order[:pop_size]]
+            pop = [merged[i] for i in self._top(merged, self._scores(merged), pop_size, fastest_first)]
         local = self._local_mutants(min(n, int(round(n * self.sp.local_share))), fastest_first)
         taken = self.seen | {c.key for c in local}
         fresh = [c for c in pool.values() if c.key not in taken]
-        ranked = [fresh[i] for i in np.argsort(-self._scores(fresh), kind="stable")]
         n_model = n - len(local)
-        n_random = max(1, int(round(n_model * self.sp.eps_greedy))) if len(ranked) > n_model else 0
-        picks = local + ranked[: n_model - n_random]
-        rest = ranked[n_model - n_random:]
+        n_random = max(1, int(round(n_model * self.sp.eps_greedy))) if len(fresh) > n_model else 0
+        top = self._top(fresh, self._scores(fresh), n_model - n_random, fastest_first)
+        chosen = set(top)
+        rest = [c for i, c in enumerate(fresh) if i not in chosen]
         self.rng.shuffle(rest)
-        picks += rest[:n_random]
+        picks = local + [fresh[i] for i in top] + rest[:n_random]
         self.seen.update(c.key for c in picks)
         if len(picks) < n:
             picks += RandomSearch.propose(self, n - len(picks))
         return picks
+
+    def _top(self, cands: list[Candidate], scores: np.ndarray, k: int,
+             fastest_first: list[tuple[Candidate, float]]) -> list[int]:
+        """Indices of the k candidates to keep, by model score, of which a `sketch_share` of k is
+        spread evenly over the sketches still in the race, each taking its own best-scored.
+        Ranked globally, a model trained mostly on one sketch's programs keeps picking that
+        sketch: matmul's runs put 80-86% of 1000 measurements on one sketch, a different one
+        per seed, and the sketch of the fastest program found (a B panel, 6.1 ms) got 2-36
+        measurements in the runs that missed it (docs/benchmarks.md, session 8). A sketch
+        whose best measured program is `sketch_drop_factor` times slower than the best drops
+        out of the reservation; sketches not measured yet stay in."""
+        order = [int(i) for i in np.argsort(-scores, kind="stable")]
+        best = {}
+        for c, t in fastest_first:
+            if t > 0:
+                best.setdefault(c.trace.sketch, t)
+        top_t = max(best.values(), default=0.0)
+        racing = {cands[i].trace.sketch for i in order if np.isfinite(scores[i])}
+        racing = {s for s in racing if best.get(s, top_t) * self.sp.sketch_drop_factor >= top_t}
+        per = int(k * self.sp.sketch_share / len(racing)) if racing else 0
+        taken, count = [], dict.fromkeys(racing, 0)
+        for i in order:
+            s = cands[i].trace.sketch
+            if s in count and count[s] < per and np.isfinite(scores[i]):
+                taken.append(i)
+                count[s] += 1
+        reserved = set(taken)
+        taken += [i for i in order if i not in reserved][: k - len(taken)]
+        return taken
 
     def _local_mutants(self, k: int, fastest_first: list[tuple[Candidate, float]]) -> list[Candidate]:
         """Up to k random one-answer mutants of the best measured programs, not ranked by the
