@@ -210,6 +210,9 @@ def test_every_racing_sketch_keeps_its_share_of_the_model_picks():
     assert sketches.count(3) == 2 and sketches.count(1) == 2 and 2 not in sketches
     assert {i for i in top if cands[i].trace.sketch == 3} == {60, 61}
     assert sorted(i for i in top if cands[i].trace.sketch == 0) == list(range(8))
+    # a share that rounds up to more than k holds: one each of 4, none of 2
+    assert sorted(cands[i].trace.sketch for i in search._top(cands, scores, 4, measured)) == [0, 0, 1, 3]
+    assert search._top(cands, scores, 2, measured) == [0, 1]
     # share 0: the plain global ranking
     search.sp = SearchParams(sketch_share=0.0)
     assert search._top(cands, scores, 12, measured) == list(range(12))

@@ -9,6 +9,7 @@ mutants of the best measured programs (a local search the model cannot veto).
 """
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 
@@ -171,7 +172,7 @@ class EvolutionarySearch(RandomSearch):
         top_t = max(best.values(), default=0.0)
         racing = {cands[i].trace.sketch for i in order if np.isfinite(scores[i])}
         racing = {s for s in racing if best.get(s, top_t) * self.sp.sketch_drop_factor >= top_t}
-        per = int(k * self.sp.sketch_share / len(racing)) if racing else 0
+        per = min(math.ceil(k * self.sp.sketch_share / len(racing)), k // len(racing)) if racing else 0
         taken, count = [], dict.fromkeys(racing, 0)
         for i in order:
             s = cands[i].trace.sketch
