@@ -28,7 +28,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # numpy is a single-thread b
 
 from tlmir import ops  # noqa: E402
 from tlmir.codegen_cpu import compile_func  # noqa: E402
-from tlmir.evaluate import time_program  # noqa: E402
+from tlmir.evaluate import program_timer  # noqa: E402
 from tlmir.ops.baselines import baseline_times_isolated  # noqa: E402
 from tlmir.runtime.records import RecordDB  # noqa: E402
 from tlmir.runtime.target import SearchParams, host_hardware  # noqa: E402
@@ -99,14 +99,15 @@ def report(budgets, strategies, db_dir, workloads, rounds: int = 3) -> list[dict
                         rec, n = best_after(db, task, hw_key, k)
                         if rec is not None and n >= k:
                             best[f"{strategy}{k}"] = rec.trace
+        timers = {key: program_timer(task, trace) for key, trace in best.items()}
         samples: dict[str, list[float]] = {}
         for _ in range(rounds):
             for threads, times in baseline_times_isolated(op, (1, 2)).items():
                 for fw, t in times.items():
                     samples.setdefault(f"{fw}_{threads}t_s", []).append(t)
-            for key, trace in best.items():
+            for key, seconds in timers.items():
                 for threads in (1, 2):
-                    samples.setdefault(f"{key}_{threads}t_s", []).append(time_program(task, trace, threads))
+                    samples.setdefault(f"{key}_{threads}t_s", []).append(seconds(threads))
         row = {"workload": name, "gflop": op.flops / 1e9}
         row.update({key: statistics.median(ts) for key, ts in samples.items()})
         rows.append(row)

@@ -105,8 +105,10 @@ def task_baselines(tasks, threads: int) -> list[dict[str, float]]:
     return [next(times)[threads] if ok else {} for ok in has_op]
 
 
-def time_program(task: Task, trace_json: str, threads: int, repeat: int = 15) -> float:
-    """Median seconds of a recorded program, rebuilt from its trace and checked first."""
+def program_timer(task: Task, trace_json: str, repeat: int = 15) -> Callable[[int], float]:
+    """A function of the thread count giving the median seconds of a recorded program, which
+    is rebuilt from its trace and checked once, here: reports time one program at several
+    thread counts and rounds without compiling it again for each."""
     from .codegen_cpu import compile_func
     from .runtime.measure import check_outputs
     from .schedule.decider import Trace
@@ -114,14 +116,22 @@ def time_program(task: Task, trace_json: str, threads: int, repeat: int = 15) ->
     from .schedule.space import SearchSpace
     space = SearchSpace(task.outputs)
     kernel = compile_func(lower(space.replay(Trace.from_json(trace_json)), task.args))
-    kernel.num_threads = threads
     ins = task.random_inputs(0)
     outs = [np.zeros(t.shape, t.dtype) for t in task.outputs]
     kernel(*ins, *outs)
     wrong = check_outputs(outs, task.reference_outputs(ins), 1e-3, 1e-3)
     if wrong:
         raise TlmirError(f"task {task.name}: the recorded program is wrong on re-run: {wrong}")
-    return kernel.benchmark(*ins, *outs, repeat=repeat).median
+
+    def seconds(threads: int) -> float:
+        kernel.num_threads = threads
+        return kernel.benchmark(*ins, *outs, repeat=repeat).median
+    return seconds
+
+
+def time_program(task: Task, trace_json: str, threads: int, repeat: int = 15) -> float:
+    """Median seconds of a recorded program, rebuilt from its trace and checked first."""
+    return program_timer(task, trace_json, repeat)(threads)
 
 
 def default_seconds(task: Task, threads: int, repeat: int = 5) -> float:
