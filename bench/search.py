@@ -3,7 +3,7 @@
     .venv/bin/python bench/search.py [--budgets 64,1000] [--strategies evolutionary,random]
                                      [--db-dir runs/bench] [--report-only] [--json out.json]
                                      [--workloads conv2d,matmul] [--seed 0] [--local-share 0.25] [--population 512]
-                                     [--sketch-share 0.25]
+                                     [--sketch-share 0.25] [--uniform-mutation]
                                      [--rounds 3]
 
 Tuning appends to one records DB per strategy under --db-dir, so an interrupted run
@@ -139,6 +139,8 @@ def main() -> None:
     p.add_argument("--local-share", type=float, help="SearchParams.local_share (default: its default)")
     p.add_argument("--population", type=int, help="SearchParams.population (default: its default)")
     p.add_argument("--sketch-share", type=float, help="SearchParams.sketch_share (default: its default)")
+    p.add_argument("--uniform-mutation", action="store_true",
+                   help="SearchParams.mutation_weights=(): mutate every question alike (before session 8)")
     a = p.parse_args()
     prefixes = a.workloads.split(",") if a.workloads else [""]
     workloads = {n: f for n, f in WORKLOADS.items() if any(n.startswith(x) for x in prefixes)}
@@ -147,6 +149,8 @@ def main() -> None:
     os.makedirs(a.db_dir, exist_ok=True)
     if not a.report_only:
         overrides = {k: getattr(a, k) for k in ("local_share", "population", "sketch_share") if getattr(a, k) is not None}
+        if a.uniform_mutation:
+            overrides["mutation_weights"] = ()
         sp = SearchParams(**overrides) if overrides else None
         tune_all(budgets, strategies, a.db_dir, workloads, a.seed, sp)
     rows = report(budgets, strategies, a.db_dir, workloads, a.rounds)

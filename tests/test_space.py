@@ -60,6 +60,25 @@ def test_mutation_changes_exactly_one_answer_when_possible():
     assert [d[0] for d in diff] == [q]
 
 
+def test_mutations_pick_questions_by_kind_weight():
+    from tlmir.schedule.decider import Trace
+    trace = Trace(0, [("tile C.n", (1, 1, 1, 1)), ("tile C.i", (2, 2, 2, 2)), ("tile C.j", (4, 2, 2, 1)),
+                      ("unroll C", 16), ("vec C", 1), ("at B.pack", "root")])
+    rng = random.Random(0)
+    picks = [MutateDecider(trace, rng, weights={"tile": 0.9, "unroll": 0.1}).target for _ in range(2000)]
+    # vec and at weigh nothing; the extent-1 tile is never picked
+    assert set(picks) == {"tile C.i", "tile C.j", "unroll C"}
+    assert 0.86 < (picks.count("tile C.i") + picks.count("tile C.j")) / len(picks) < 0.94
+    assert abs(picks.count("tile C.i") - picks.count("tile C.j")) < 150
+    # no weights (or none that match): every question with something to mutate alike
+    for w in (None, {"parallel": 1.0}):
+        picks = {MutateDecider(trace, rng, weights=w).target for _ in range(300)}
+        assert picks == {q for q, _ in trace.decisions} - {"tile C.n"}
+    # the default space: Ansor's CPU weights
+    space = SearchSpace(ops.matmul(64, 64, 64).outputs, HW2)
+    assert dict(space.sp.mutation_weights)["tile"] == 0.9
+
+
 def test_tile_mutation_moves_one_factor_between_two_levels():
     op = ops.matmul(64, 64, 64)
     space = SearchSpace(op.outputs, HW2)

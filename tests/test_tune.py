@@ -183,6 +183,8 @@ def test_bad_local_search_params_are_refused():
     for bad in ({"sketch_share": 1.5}, {"sketch_drop_factor": 0.5}):
         with pytest.raises(ScheduleError, match="sketch_"):
             SearchParams(**bad)
+    with pytest.raises(ScheduleError, match="mutation_weights"):
+        SearchParams(mutation_weights=(("tile", -1.0),))
 
 
 def _fake_candidates(per_sketch: dict[int, int]):

@@ -49,6 +49,9 @@ class SearchParams:
     sketch_drop_factor: float = 10.0   # ... a sketch whose best is this much slower than the best
                                        # loses that reserved share
     mutation_prob: float = 0.85
+    mutation_weights: tuple = (("tile", 0.90), ("at", 0.05), ("unroll", 0.04), ("vec", 0.04), ("parallel", 0.01))
+                                       # which kind of question a mutation redraws (Ansor's CPU rule
+                                       # weights; `vec` is ours); () = every question alike
     tile_mutation: str = "move"        # "move": one factor between two levels (Ansor); "redraw": any tile
     evolution_iters: int = 4
     cutoff_factor: float = 5.0         # candidates this much slower than the best are timed once
@@ -62,6 +65,9 @@ class SearchParams:
         if not 0.0 <= self.local_share <= 1.0 or self.local_parents < 1:
             raise ScheduleError(f"SearchParams: local_share must be in [0, 1] and local_parents >= 1, "
                                 f"got {self.local_share!r} and {self.local_parents!r}")
+        if any(not isinstance(w, (int, float)) or w < 0 for _, w in self.mutation_weights):
+            raise ScheduleError(f"SearchParams.mutation_weights must be (kind, weight >= 0) pairs, "
+                                f"got {self.mutation_weights!r}")
         if not 0.0 <= self.sketch_share <= 1.0 or self.sketch_drop_factor < 1.0:
             raise ScheduleError(f"SearchParams: sketch_share must be in [0, 1] and sketch_drop_factor >= 1, "
                                 f"got {self.sketch_share!r} and {self.sketch_drop_factor!r}")

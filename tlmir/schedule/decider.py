@@ -119,21 +119,38 @@ def tile_neighbors(old: tuple, options: list) -> list:
             if len(o) == len(old) and sum(x != y for x, y in zip(o, old)) == 2]
 
 
+def _single_tile(answer) -> bool:
+    """A tile answer of an extent-1 axis: nothing to mutate (Ansor skips such splits)."""
+    return isinstance(answer, tuple) and all(f == 1 for f in answer)
+
+
 class MutateDecider(ReplayDecider):
     """Replays a trace but redraws the answer to one question (evolutionary mutation).
-    `question=None` picks one at random among the trace's questions. A tile answer moves
+    `question=None` picks one at random among the trace's questions: with `weights`
+    ({kind: weight}, kind = a question's first word, e.g. "tile") a kind is drawn by weight
+    among those the trace asks, then one of its questions uniformly (Ansor's mutation rule
+    weights); without, every question is equally likely. A tile answer moves
     one factor between two levels (Ansor's tile-size mutation; `move_tile_factors=False`
     redraws it instead): a uniform redraw of a
     4-level tile throws away the good levels with the bad one, so evolution could not
     climb (on a 3x3 conv it stayed at half of what random search found)."""
 
     def __init__(self, trace: Trace, rng: random.Random | int | None = None, question: str | None = None,
-                 move_tile_factors: bool = True):
+                 move_tile_factors: bool = True, weights: dict[str, float] | None = None):
         super().__init__(trace)
         self.rng = rng if isinstance(rng, random.Random) else random.Random(rng)
         self.move_tile_factors = move_tile_factors
-        names = [q for q, _ in trace.decisions]
-        self.target = question if question is not None else (self.rng.choice(names) if names else None)
+        self.target = question if question is not None else self._pick([q for q, a in trace.decisions if not _single_tile(a)], weights)
+
+    def _pick(self, names: list[str], weights: dict[str, float] | None) -> str | None:
+        by_kind: dict[str, list[str]] = {}
+        for q in names:
+            by_kind.setdefault(q.split(" ", 1)[0], []).append(q)
+        kinds = [k for k in by_kind if weights and weights.get(k, 0.0) > 0]
+        if not kinds:
+            return self.rng.choice(names) if names else None
+        kind = self.rng.choices(kinds, weights=[weights[k] for k in kinds])[0]
+        return self.rng.choice(by_kind[kind])
 
     def _decide(self, question: str, options: list) -> Any:
         old = self.recorded.get(question)

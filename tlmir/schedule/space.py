@@ -371,4 +371,5 @@ class SearchSpace:
 
     def mutate(self, trace: Trace, rng: random.Random) -> tuple[Schedule, Trace]:
         return self.apply(trace.sketch, MutateDecider(trace, rng,
-                                                      move_tile_factors=self.sp.tile_mutation == "move"))
+                                                      move_tile_factors=self.sp.tile_mutation == "move",
+                                                      weights=dict(self.sp.mutation_weights)))
