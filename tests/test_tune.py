@@ -204,6 +204,10 @@ def test_every_racing_sketch_keeps_its_share_of_the_model_picks():
     scores = np.array([100.0 - i for i in range(80)])
     scores[79] = -np.inf
     measured = [(cands[0], 1.0), (cands[20], 0.5), (cands[40], 0.05)]  # sketch 2: 20x slower
+    # ... but after one try, sketch 2 is still in the race: 4 sketches, 2 each (of 12 * 0.5)
+    top = search._top(cands, scores, 12, measured)
+    assert sorted(cands[i].trace.sketch for i in top) == [0] * 6 + [1, 1, 2, 2, 3, 3]
+    measured += [(cands[41 + i], 0.0) for i in range(15)]  # 16 tries: dropped
     top = search._top(cands, scores, 12, measured)
     sketches = [cands[i].trace.sketch for i in top]
     # 12 * 0.5 = 6 reserved over sketches 0, 1, 3 (2 dropped out, 3 never measured): 2 each,

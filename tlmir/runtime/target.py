@@ -47,7 +47,7 @@ class SearchParams:
     sketch_share: float = 0.25        # ... share of the population and of a round's model picks
                                        # spread evenly over the sketches (each its own top-scored)
     sketch_drop_factor: float = 10.0   # ... a sketch whose best is this much slower than the best
-                                       # loses that reserved share
+    sketch_drop_after: int = 16        # after this many of its programs were measured loses that share
     mutation_prob: float = 0.85
     mutation_weights: tuple = (("tile", 0.90), ("at", 0.05), ("unroll", 0.04), ("vec", 0.04), ("parallel", 0.01))
                                        # which kind of question a mutation redraws (Ansor's CPU rule

@@ -162,16 +162,20 @@ class EvolutionarySearch(RandomSearch):
         sketch: matmul's runs put 80-86% of 1000 measurements on one sketch, a different one
         per seed, and the sketch of the fastest program found (a B panel, 6.1 ms) got 2-36
         measurements in the runs that missed it (docs/benchmarks.md, session 8). A sketch
-        whose best measured program is `sketch_drop_factor` times slower than the best drops
-        out of the reservation; sketches not measured yet stay in."""
+        measured `sketch_drop_after` times whose best program is still `sketch_drop_factor`
+        times slower than the best drops out of the reservation (one bad first sample
+        must not: matmul's sketch 0 drew 164 ms first, 10 ms after 50 tries).
+        `fastest_first`: the measured (candidate, throughput; 0 = failed), best first."""
         order = [int(i) for i in np.argsort(-scores, kind="stable")]
-        best = {}
+        best, tried = {}, {}
         for c, t in fastest_first:
+            tried[c.trace.sketch] = tried.get(c.trace.sketch, 0) + 1
             if t > 0:
                 best.setdefault(c.trace.sketch, t)
         top_t = max(best.values(), default=0.0)
         racing = {cands[i].trace.sketch for i in order if np.isfinite(scores[i])}
-        racing = {s for s in racing if best.get(s, top_t) * self.sp.sketch_drop_factor >= top_t}
+        racing = {s for s in racing if tried.get(s, 0) < self.sp.sketch_drop_after
+                  or best.get(s, 0.0) * self.sp.sketch_drop_factor >= top_t}
         per = min(math.ceil(k * self.sp.sketch_share / len(racing)), k // len(racing)) if racing else 0
         taken, count = [], dict.fromkeys(racing, 0)
         for i in order:
