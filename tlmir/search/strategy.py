@@ -9,7 +9,6 @@ mutants of the best measured programs (a local search the model cannot veto).
 """
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass
 
@@ -156,15 +155,17 @@ class EvolutionarySearch(RandomSearch):
 
     def _top(self, cands: list[Candidate], scores: np.ndarray, k: int,
              fastest_first: list[tuple[Candidate, float]]) -> list[int]:
-        """Indices of the k candidates to keep, by model score, of which a `sketch_share` of k is
-        spread evenly over the sketches still in the race, each taking its own best-scored.
-        Ranked globally, a model trained mostly on one sketch's programs keeps picking that
-        sketch: matmul's runs put 80-86% of 1000 measurements on one sketch, a different one
-        per seed, and the sketch of the fastest program found (a B panel, 6.1 ms) got 2-36
-        measurements in the runs that missed it (docs/benchmarks.md, session 8). A sketch
-        measured `sketch_drop_after` times whose best program is still `sketch_drop_factor`
-        times slower than the best drops out of the reservation (one bad first sample
-        must not: matmul's sketch 0 drew 164 ms first, 10 ms after 50 tries).
+        """Indices of the k candidates to keep, by model score, of which round(`sketch_share` k)
+        are dealt round-robin over the sketches still in the race, each taking its own
+        best-scored (sketches in the order of their best score; with more sketches than
+        reserved places, the best-scored sketches get one each). Ranked globally, a model
+        trained mostly on one sketch's programs keeps picking that sketch: matmul's runs put
+        80-86% of 1000 measurements on one sketch, a different one per seed, and the sketch
+        of the fastest program found (a B panel, 6.1 ms) got 2-36 measurements in the runs
+        that missed it (docs/benchmarks.md, session 8). A sketch measured
+        `sketch_drop_after` times whose best program is still `sketch_drop_factor` times
+        slower than the best drops out of the reservation (one bad first sample must not:
+        matmul's sketch 0 drew 164 ms first, 10 ms after 50 tries).
         `fastest_first`: the measured (candidate, throughput; 0 = failed), best first."""
         order = [int(i) for i in np.argsort(-scores, kind="stable")]
         best, tried = {}, {}
@@ -173,19 +174,18 @@ class EvolutionarySearch(RandomSearch):
             if t > 0:
                 best.setdefault(c.trace.sketch, t)
         top_t = max(best.values(), default=0.0)
-        racing = {cands[i].trace.sketch for i in order if np.isfinite(scores[i])}
-        racing = {s for s in racing if tried.get(s, 0) < self.sp.sketch_drop_after
+        racing = {s for s in {c.trace.sketch for c in cands}
+                  if tried.get(s, 0) < self.sp.sketch_drop_after
                   or best.get(s, 0.0) * self.sp.sketch_drop_factor >= top_t}
-        per = min(math.ceil(k * self.sp.sketch_share / len(racing)), k // len(racing)) if racing else 0
-        taken, count = [], dict.fromkeys(racing, 0)
-        for i in order:
+        deal, rank = [], {}  # (rank within its sketch, global position, index)
+        for pos, i in enumerate(order):
             s = cands[i].trace.sketch
-            if s in count and count[s] < per and np.isfinite(scores[i]):
-                taken.append(i)
-                count[s] += 1
+            if s in racing and np.isfinite(scores[i]):
+                rank[s] = rank.get(s, -1) + 1
+                deal.append((rank[s], pos, i))
+        taken = [i for _, _, i in sorted(deal)[: round(k * self.sp.sketch_share)]]
         reserved = set(taken)
-        taken += [i for i in order if i not in reserved][: k - len(taken)]
-        return taken
+        return taken + [i for i in order if i not in reserved][: k - len(taken)]
 
     def _local_mutants(self, k: int, fastest_first: list[tuple[Candidate, float]]) -> list[Candidate]:
         """Up to k random one-answer mutants of the best measured programs, not ranked by the
