@@ -180,7 +180,7 @@ def test_bad_local_search_params_are_refused():
     for bad in ({"local_share": 1.5}, {"local_share": -0.1}, {"local_parents": 0}):
         with pytest.raises(ScheduleError, match="local_"):
             SearchParams(**bad)
-    for bad in ({"sketch_share": 1.5}, {"sketch_drop_factor": 0.5}):
+    for bad in ({"sketch_share": 1.5}, {"sketch_drop_factor": 0.5}, {"sketch_drop_after": -1}):
         with pytest.raises(ScheduleError, match="sketch_"):
             SearchParams(**bad)
     with pytest.raises(ScheduleError, match="mutation_weights"):

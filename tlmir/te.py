@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import builtins
 import inspect
-from typing import Callable, Sequence
+from typing import Callable
 
 from .errors import DefinitionError, ShapeError
 from .ir.expr import (DTYPES, Call, Expr, Max, Min, Reduce, Select, binary, cast, const,

@@ -44,8 +44,8 @@ class SearchParams:
     local_share: float = 0.25          # evolutionary search: share of a round measured as random,
                                        # unranked mutants of the best measured programs
     local_parents: int = 4             # ... of the best programs of this many best sketches
-    sketch_share: float = 0.25        # ... share of the population and of a round's model picks
-                                       # spread evenly over the sketches (each its own top-scored)
+    sketch_share: float = 0.25         # ... share of the population and of a round's model picks
+                                       # dealt round-robin over the sketches (each its own top-scored)
     sketch_drop_factor: float = 10.0   # ... a sketch whose best is this much slower than the best
     sketch_drop_after: int = 16        # after this many of its programs were measured loses that share
     mutation_prob: float = 0.85
@@ -68,9 +68,10 @@ class SearchParams:
         if any(not isinstance(w, (int, float)) or w < 0 for _, w in self.mutation_weights):
             raise ScheduleError(f"SearchParams.mutation_weights must be (kind, weight >= 0) pairs, "
                                 f"got {self.mutation_weights!r}")
-        if not 0.0 <= self.sketch_share <= 1.0 or self.sketch_drop_factor < 1.0:
-            raise ScheduleError(f"SearchParams: sketch_share must be in [0, 1] and sketch_drop_factor >= 1, "
-                                f"got {self.sketch_share!r} and {self.sketch_drop_factor!r}")
+        if not 0.0 <= self.sketch_share <= 1.0 or self.sketch_drop_factor < 1.0 or self.sketch_drop_after < 0:
+            raise ScheduleError(f"SearchParams: sketch_share must be in [0, 1], sketch_drop_factor >= 1 and "
+                                f"sketch_drop_after >= 0, got {self.sketch_share!r}, "
+                                f"{self.sketch_drop_factor!r} and {self.sketch_drop_after!r}")
 
 
 def _cache_kb(level: int, default: int) -> int:

@@ -140,7 +140,9 @@ class MutateDecider(ReplayDecider):
         super().__init__(trace)
         self.rng = rng if isinstance(rng, random.Random) else random.Random(rng)
         self.move_tile_factors = move_tile_factors
-        self.target = question if question is not None else self._pick([q for q, a in trace.decisions if not _single_tile(a)], weights)
+        if question is None:
+            question = self._pick([q for q, a in trace.decisions if not _single_tile(a)], weights)
+        self.target = question
 
     def _pick(self, names: list[str], weights: dict[str, float] | None) -> str | None:
         by_kind: dict[str, list[str]] = {}

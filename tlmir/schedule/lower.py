@@ -21,7 +21,7 @@ from ..ir.expr import (Add, Const, Expr, Load, Max, Min, Reduce, TensorRead, Var
                        substitute, transform, walk)
 from ..ir.stmt import Allocate, Buffer, For, IfThenElse, PrimFunc, Seq, Stmt, Store, seq
 from ..ir.tensor import Tensor
-from .schedule import Fuse, Schedule, Split, Stage
+from .schedule import Schedule, Split, Stage
 
 _COMBINE = {"sum": Add, "max": Max, "min": Min}
 
