@@ -148,7 +148,8 @@ def main() -> None:
     strategies = a.strategies.split(",")
     os.makedirs(a.db_dir, exist_ok=True)
     if not a.report_only:
-        overrides = {k: getattr(a, k) for k in ("local_share", "population", "sketch_share") if getattr(a, k) is not None}
+        overrides = {k: getattr(a, k) for k in ("local_share", "population", "sketch_share")
+                     if getattr(a, k) is not None}
         if a.uniform_mutation:
             overrides["mutation_weights"] = ()
         sp = SearchParams(**overrides) if overrides else None

@@ -206,11 +206,13 @@ def test_every_racing_sketch_keeps_its_share_of_the_model_picks():
     measured = [(cands[0], 1.0), (cands[20], 0.5), (cands[40], 0.05)]  # sketch 2: 20x slower
     # ... but after one try, sketch 2 is still in the race: 12 * 0.5 = 6 places dealt over
     # 4 sketches, each its best-scored first: 0, 1, 2, 3, then 0 and 1 again
-    top = search._top(cands, scores, 12, measured)
+    top = search._top(cands, scores, 12, search._dropped_sketches(measured))
     assert sorted(cands[i].trace.sketch for i in top) == [0] * 8 + [1, 1, 2, 3]
     assert {40, 60} <= set(top)
     measured += [(cands[41 + i], 0.0) for i in range(15)]  # 16 tries: dropped
-    top = search._top(cands, scores, 12, measured)
+    dropped = search._dropped_sketches(measured)
+    assert dropped == {2}
+    top = search._top(cands, scores, 12, dropped)
     sketches = [cands[i].trace.sketch for i in top]
     # 6 places over sketches 0, 1, 3 (3 never measured): 2 each, each its own
     # best-scored; the other 6 by global score, i.e. sketch 0
@@ -219,8 +221,8 @@ def test_every_racing_sketch_keeps_its_share_of_the_model_picks():
     assert {i for i in top if cands[i].trace.sketch == 3} == {60, 61}
     assert sorted(i for i in top if cands[i].trace.sketch == 0) == list(range(8))
     # fewer places than sketches: the best-scored sketches get one each
-    assert sorted(cands[i].trace.sketch for i in search._top(cands, scores, 4, measured)) == [0, 0, 0, 1]
-    assert search._top(cands, scores, 2, measured) == [0, 1]
+    assert sorted(cands[i].trace.sketch for i in search._top(cands, scores, 4, dropped)) == [0, 0, 0, 1]
+    assert search._top(cands, scores, 2, dropped) == [0, 1]
     # share 0: the plain global ranking
     search.sp = SearchParams(sketch_share=0.0)
-    assert search._top(cands, scores, 12, measured) == list(range(12))
+    assert search._top(cands, scores, 12, dropped) == list(range(12))

@@ -123,6 +123,7 @@ class EvolutionarySearch(RandomSearch):
         pop = [c for c, t in fastest_first[: pop_size // 2] if t > 0]
         pop += self._sample(pop_size - len(pop), {c.key for c in pop})
         pool = {c.key: c for c in pop}
+        dropped = self._dropped_sketches(self.measured)
         for _ in range(self.sp.evolution_iters):
             scores = self._scores(pop)
             finite = np.where(np.isfinite(scores), scores, np.nan)
@@ -139,13 +140,13 @@ class EvolutionarySearch(RandomSearch):
                     pool[child.key] = child
                     children.append(child)
             merged = pop + children
-            pop = [merged[i] for i in self._top(merged, self._scores(merged), pop_size, fastest_first)]
+            pop = [merged[i] for i in self._top(merged, self._scores(merged), pop_size, dropped)]
         local = self._local_mutants(min(n, int(round(n * self.sp.local_share))), fastest_first)
         taken = self.seen | {c.key for c in local}
         fresh = [c for c in pool.values() if c.key not in taken]
         n_model = n - len(local)
         n_random = max(1, int(round(n_model * self.sp.eps_greedy))) if len(fresh) > n_model else 0
-        top = self._top(fresh, self._scores(fresh), n_model - n_random, fastest_first)
+        top = self._top(fresh, self._scores(fresh), n_model - n_random, dropped)
         chosen = set(top)
         rest = [c for i, c in enumerate(fresh) if i not in chosen]
         self.rng.shuffle(rest)
@@ -155,34 +156,34 @@ class EvolutionarySearch(RandomSearch):
             picks += RandomSearch.propose(self, n - len(picks))
         return picks
 
-    def _top(self, cands: list[Candidate], scores: np.ndarray, k: int,
-             fastest_first: list[tuple[Candidate, float]]) -> list[int]:
+    def _dropped_sketches(self, measured: list[tuple[Candidate, float]]) -> set[int]:
+        """Sketches out of the reserved share (see `_top`): measured `sketch_drop_after` times
+        and the best program still `sketch_drop_factor` times slower than the best (one bad
+        first sample must not drop a sketch: matmul's sketch 0 drew 164 ms first, 10 ms
+        after 50 tries). `measured`: (candidate, throughput; 0 = failed)."""
+        best, tried = {}, {}
+        for c, t in measured:
+            s = c.trace.sketch
+            tried[s] = tried.get(s, 0) + 1
+            best[s] = max(best.get(s, 0.0), t)
+        top_t = max(best.values(), default=0.0)
+        return {s for s, n in tried.items()
+                if n >= self.sp.sketch_drop_after and best[s] * self.sp.sketch_drop_factor < top_t}
+
+    def _top(self, cands: list[Candidate], scores: np.ndarray, k: int, dropped: set[int]) -> list[int]:
         """Indices of the k candidates to keep, by model score, of which round(`sketch_share` k)
-        are dealt round-robin over the sketches still in the race, each taking its own
+        are dealt round-robin over the sketches not `dropped`, each taking its own
         best-scored (sketches in the order of their best score; with more sketches than
         reserved places, the best-scored sketches get one each). Ranked globally, a model
         trained mostly on one sketch's programs keeps picking that sketch: matmul's runs put
         80-86% of 1000 measurements on one sketch, a different one per seed, and the sketch
         of the fastest program found (a B panel, 6.1 ms) got 2-36 measurements in the runs
-        that missed it (docs/benchmarks.md, session 8). A sketch measured
-        `sketch_drop_after` times whose best program is still `sketch_drop_factor` times
-        slower than the best drops out of the reservation (one bad first sample must not:
-        matmul's sketch 0 drew 164 ms first, 10 ms after 50 tries).
-        `fastest_first`: the measured (candidate, throughput; 0 = failed), best first."""
+        that missed it (docs/benchmarks.md, session 8)."""
         order = [int(i) for i in np.argsort(-scores, kind="stable")]
-        best, tried = {}, {}
-        for c, t in fastest_first:
-            tried[c.trace.sketch] = tried.get(c.trace.sketch, 0) + 1
-            if t > 0:
-                best.setdefault(c.trace.sketch, t)
-        top_t = max(best.values(), default=0.0)
-        racing = {s for s in {c.trace.sketch for c in cands}
-                  if tried.get(s, 0) < self.sp.sketch_drop_after
-                  or best.get(s, 0.0) * self.sp.sketch_drop_factor >= top_t}
         deal, rank = [], {}  # (rank within its sketch, global position, index)
         for pos, i in enumerate(order):
             s = cands[i].trace.sketch
-            if s in racing and np.isfinite(scores[i]):
+            if s not in dropped and np.isfinite(scores[i]):
                 rank[s] = rank.get(s, -1) + 1
                 deal.append((rank[s], pos, i))
         taken = [i for _, _, i in sorted(deal)[: round(k * self.sp.sketch_share)]]
