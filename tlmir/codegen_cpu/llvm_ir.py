@@ -23,6 +23,7 @@ from ..ir import expr as E
 from ..ir import stmt as S
 from .analysis import can_vectorize, captures, is_reduce_update, stride
 from .reduction import emit_reduce_loop, match_reduce_loop
+from .transpose import emit_transpose_nest, match_transpose_nest
 from .exprs import I32, I64, PTR, VOID, ExprEmitter, Lanes, ModuleContext, elem_size, mem_type
 
 ALLOCA_LIMIT = 256 * 1024  # bytes; larger local buffers go to the heap, not the stack
@@ -143,8 +144,12 @@ class FuncEmitter(ExprEmitter):
             raise BuildError(f"{self.fname}: loop '{s.var.name}' is bound to {s.thread_tag}; "
                              "the CPU backend cannot run GPU thread bindings")
         n = s.extent.value if isinstance(s.extent, E.Const) else None
+        outlined = s.kind == "parallel" and self.mod.openmp and not self.in_parallel
         red = match_reduce_loop(s) if self.lanes is None else None
-        if red is not None:
+        tr = match_transpose_nest(s, self.mod.lanes_hint) if self.lanes is None else None
+        if tr is not None and not outlined:
+            emit_transpose_nest(self, tr)
+        elif red is not None:
             emit_reduce_loop(self, s, red)
         elif s.kind == "unrolled" and n is not None:
             lo = self.index(s.min)
@@ -152,7 +157,7 @@ class FuncEmitter(ExprEmitter):
                 self._bind(s.var, self.b.add(lo, ir.Constant(I64, k), flags=("nsw",)), s.body)
         elif s.kind == "vectorized" and n is not None and n > 1 and can_vectorize(s.body, s.var):
             self._vectorize(s, n)
-        elif s.kind == "parallel" and self.mod.openmp and not self.in_parallel:
+        elif outlined:
             self._parallel(s)
         else:
             lo = self.index(s.min)
@@ -265,8 +270,12 @@ class FuncEmitter(ExprEmitter):
         begin = bd.mul(tid, size)
         end = bd.add(begin, size)
         end = bd.select(bd.icmp_signed("<", end, ext), end, ext)
-        child.loop(begin, end, lambda i: child._bind(s.var, bd.add(lo, i, flags=("nsw",)), s.body),
-                   s.var.name)
+        tr = match_transpose_nest(s, self.mod.lanes_hint)
+        if tr is not None:  # the thread's rows of a transposing copy, blocked
+            emit_transpose_nest(child, tr, bd.add(lo, begin, flags=("nsw",)), bd.sub(end, begin))
+        else:
+            child.loop(begin, end, lambda i: child._bind(s.var, bd.add(lo, i, flags=("nsw",)), s.body),
+                       s.var.name)
         child.finish()
 
 

@@ -234,7 +234,8 @@ class _Builder:
                                   layout=layout)
         pack = self.s[cache]
         self.packs.add(pack.name)
-        self._split_for_vector(pack)
+        if list(layout) == sorted(layout):  # a panel: its rows are vectors
+            self._split_for_vector(pack)
 
     # --- annotations (consumers first)
     def _annotate(self, st: Stage) -> None:
