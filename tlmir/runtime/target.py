@@ -48,6 +48,8 @@ class SearchParams:
                                        # dealt round-robin over the sketches (each its own top-scored)
     sketch_drop_factor: float = 10.0   # ... a sketch whose best is this much slower than the best
     sketch_drop_after: int = 16        # after this many of its programs were measured loses that share
+    pack_max_repeat: int = 2           # a pack may sit at a loop where it copies each element at most
+                                       # this often (inside the loop over dense's i tiles: once per tile)
     mutation_prob: float = 0.85
     mutation_weights: tuple = (("tile", 0.90), ("at", 0.05), ("unroll", 0.04), ("vec", 0.04), ("parallel", 0.01))
                                        # which kind of question a mutation redraws (Ansor's CPU rule
@@ -68,6 +70,8 @@ class SearchParams:
         if any(not isinstance(w, (int, float)) or w < 0 for _, w in self.mutation_weights):
             raise ScheduleError(f"SearchParams.mutation_weights must be (kind, weight >= 0) pairs, "
                                 f"got {self.mutation_weights!r}")
+        if self.pack_max_repeat < 1:
+            raise ScheduleError(f"SearchParams.pack_max_repeat must be >= 1, got {self.pack_max_repeat!r}")
         if not 0.0 <= self.sketch_share <= 1.0 or self.sketch_drop_factor < 1.0 or self.sketch_drop_after < 0:
             raise ScheduleError(f"SearchParams: sketch_share must be in [0, 1], sketch_drop_factor >= 1 and "
                                 f"sketch_drop_after >= 0, got {self.sketch_share!r}, "

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from ..ir.expr import TensorRead, Var, walk
 from ..ir.tensor import ComputeOp, PlaceholderOp
+from .schedule import Fuse
 
 
 def _reads(op: ComputeOp) -> list[TensorRead]:
@@ -59,3 +60,55 @@ def _layout(indices, vec: int, reduce_vars: set) -> tuple[int, ...] | None:
         return None
     d = ids.index(vec)
     return tuple(p for p in range(len(indices)) if p != d) + (d,)
+
+
+def pack_repeats(pack, chain: list[tuple]) -> dict[int, int]:
+    """How many times a pack computed at each loop copies every element it holds, by
+    id(loop): the product of the extents of the loops around it (itself included) that run
+    over axes the pack's indices do not depend on. Computed inside the loop over dense's
+    `i` tiles, each tile packs the same panel of W again; at a loop over `j` or `k` tiles
+    each copy is a different part of it.
+
+    `chain`: the reader of `pack` and the stages it is attached inside, innermost first,
+    each with the loop the chain enters it by (space._attach_chain). An axis of a stage is
+    relevant when its variable indexes the pack (the reader) or indexes, in the stage's
+    reads of the next stage inward, an axis of that stage which is relevant; a stage that
+    does not read the next one directly counts every axis as relevant (never pruned)."""
+    reader = chain[0][0]
+    used = {id(v) for r in _reads(reader.op) if r.tensor is pack for i in r.indices
+            for v in walk(i) if isinstance(v, Var)}
+    relevant = {id(a) for a in list(reader.op.axis) + list(reader.op.reduce_axis) if id(a.var) in used}
+    factors, inner = {}, reader
+    for k, (st, _) in enumerate(chain):
+        if k:
+            reads = [r for r in _reads(st.op) if r.tensor is inner.op.output()]
+            if reads:
+                rel_vars = {id(i) for r in reads for d, i in enumerate(r.indices)
+                            if d < len(inner.op.axis) and id(inner.op.axis[d]) in relevant}
+                relevant = {id(a) for a in st.op.axis if id(a.var) in rel_vars}
+            else:
+                relevant = {id(a) for a in list(st.op.axis) + list(st.op.reduce_axis)}
+        factors.update(_irrelevant_extents(st, relevant))
+        inner = st
+    out, prod = {}, 1
+    for st, entry in reversed(chain):
+        leaves = st.leaf_iter_vars
+        last = leaves.index(entry) if entry is not None else len(leaves) - 1
+        for iv in leaves[:last + 1]:
+            prod *= factors[id(iv)]
+            out[id(iv)] = prod
+    return out
+
+
+def _irrelevant_extents(st, relevant: set[int]) -> dict[int, int]:
+    """id(loop) -> the part of its extent over axes not in `relevant` (root axes of `st`),
+    following the stage's splits and fuses."""
+    f = {id(a): (1 if id(a) in relevant else a.extent) for a in list(st.op.axis) + list(st.op.reduce_axis)}
+    for rel in st.relations:
+        if isinstance(rel, Fuse):
+            f[id(rel.fused)] = f[id(rel.outer)] * f[id(rel.inner)]
+        else:
+            p = f[id(rel.parent)]
+            f[id(rel.outer)] = min(rel.outer.extent, p) if p > 1 else 1
+            f[id(rel.inner)] = min(rel.inner.extent, p) if p > 1 else 1
+    return f

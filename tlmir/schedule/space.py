@@ -24,7 +24,7 @@ from ..errors import ScheduleError
 from ..ir.dag import ComputeDAG
 from ..runtime.target import HardwareParams, SearchParams
 from .decider import Decider, MutateDecider, RandomDecider, ReplayDecider, Trace
-from .packing import pack_layouts
+from .packing import pack_layouts, pack_repeats
 from .schedule import Schedule, Stage, create_schedule
 
 
@@ -259,6 +259,8 @@ class _Builder:
         loops: dict[str, tuple] = {}
         if st.name in self.packs:
             loops = _enclosing_loops(readers[0])
+            repeats = pack_repeats(st.op.output(), _attach_chain(readers[0]))
+            loops = {k: v for k, v in loops.items() if repeats[id(v[1])] <= self.sp.pack_max_repeat}
         elif len(readers) == 1 and readers[0].attach[0] != "inline":
             loops = _loops_of(readers[0])
         elif len(readers) > 1:
