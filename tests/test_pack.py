@@ -110,3 +110,67 @@ def test_pack_can_sit_outside_the_tile_stage():
     assert opts[1].startswith("gelu.") and any(o.startswith("D.") for o in opts)
     assert opts.index(next(o for o in opts if o.startswith("gelu."))) < opts.index(
         next(o for o in opts if o.startswith("D.")))
+
+
+def dense_with_tiles(i_outer: int):
+    """gelu(X W^T + b) 16x64x32 by hand: gelu's loops (i tiles . j tiles fused, 2-row i
+    tiles, rows, j) with D computed per 2-row tile and W read through W.pack[k, j]."""
+    op = ops.dense(16, 64, 32, bias=True, act="gelu")
+    out = op.outputs[0]
+    s = tlmir.create_schedule(out)
+    s.stage("bias").compute_inline()
+    D = s.stage("D")
+    i, j = out.op.axis
+    io, ii = s[out].split(i, factor=16 // i_outer)
+    jo, ji = s[out].split(j, factor=16)
+    iio, iii = s[out].split(ii, factor=2)
+    s[out].reorder(io, jo, iio, iii, ji)
+    fused = s[out].fuse(io, jo)
+    D.compute_at(s[out], iio)
+    pack = s.cache_read(op.inputs[1], "global", [D.op.output()], layout=[1, 0])
+    return s, pack, fused, iio
+
+
+@pytest.mark.parametrize("i_outer", [1, 2, 4])
+def test_pack_repeats_count_loops_over_axes_the_pack_does_not_use(i_outer):
+    """At the fused (i tile, j tile) loop the panel of W is copied once per i tile; at the
+    loop over 2-row tiles inside it, once per 2 rows (8 in all); inside D, whose i loop
+    bound inference cuts to the 2 rows of the tile, once per row."""
+    from tlmir.schedule.packing import pack_repeats
+    from tlmir.schedule.space import _attach_chain
+    s, pack, fused, iio = dense_with_tiles(i_outer)
+    reader = s.stage("D")
+    rep = pack_repeats(pack, _attach_chain(reader))
+    assert rep[id(fused)] == i_outer
+    assert rep[id(iio)] == 8
+    assert [rep[id(iv)] for iv in reader.leaf_iter_vars] == [16, 16, 16]  # D's i, j, k
+
+
+@pytest.mark.parametrize("limit", [1, 2, 10**9])
+def test_pack_locations_that_copy_too_often_are_not_offered(limit):
+    """Random dense traces never put W.pack where it is copied more than pack_max_repeat
+    times per call; without the limit such places are most of the options."""
+    from tlmir.runtime.target import SearchParams
+    from tlmir.schedule.packing import pack_repeats
+    from tlmir.schedule.space import _attach_chain
+    op = ops.dense(32, 128, 64, bias=True, act="gelu")
+    space = SearchSpace(op.outputs, HW2, SearchParams(pack_max_repeat=limit))
+    first = len(space.sketches) // 2
+    rng = random.Random(5)
+    worst = 0
+    for n in range(60):
+        sch, trace = space.apply(first + n % 3, RandomDecider(rng))
+        pk = sch.stage("W.pack")
+        if pk.attach[0] == "at":
+            rep = pack_repeats(pk.op.output(), _attach_chain(sch.readers_of(pk)[0]))
+            worst = max(worst, rep[id(pk.attach[2])])
+    assert worst <= limit
+    if limit > 2:
+        assert worst > 2
+
+
+def test_pack_max_repeat_is_validated():
+    from tlmir.errors import ScheduleError
+    from tlmir.runtime.target import SearchParams
+    with pytest.raises(ScheduleError, match="pack_max_repeat"):
+        SearchParams(pack_max_repeat=0)

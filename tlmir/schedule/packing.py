@@ -18,7 +18,7 @@ panel than without it.
 """
 from __future__ import annotations
 
-from ..ir.expr import TensorRead, Var, walk
+from ..ir.expr import TensorRead, Var, substitute, walk
 from ..ir.tensor import ComputeOp, PlaceholderOp
 from .schedule import Fuse
 
@@ -64,51 +64,123 @@ def _layout(indices, vec: int, reduce_vars: set) -> tuple[int, ...] | None:
 
 def pack_repeats(pack, chain: list[tuple]) -> dict[int, int]:
     """How many times a pack computed at each loop copies every element it holds, by
-    id(loop): the product of the extents of the loops around it (itself included) that run
-    over axes the pack's indices do not depend on. Computed inside the loop over dense's
+    id(loop): the product of the trip counts of the loops around it (itself included) that
+    run over axes the pack's indices do not depend on. Computed inside the loop over dense's
     `i` tiles, each tile packs the same panel of W again; at a loop over `j` or `k` tiles
     each copy is a different part of it.
 
     `chain`: the reader of `pack` and the stages it is attached inside, innermost first,
     each with the loop the chain enters it by (space._attach_chain). An axis of a stage is
     relevant when its variable indexes the pack (the reader) or indexes, in the stage's
-    reads of the next stage inward, an axis of that stage which is relevant; a stage that
-    does not read the next one directly counts every axis as relevant (never pruned)."""
-    reader = chain[0][0]
-    used = {id(v) for r in _reads(reader.op) if r.tensor is pack for i in r.indices
-            for v in walk(i) if isinstance(v, Var)}
-    relevant = {id(a) for a in list(reader.op.axis) + list(reader.op.reduce_axis) if id(a.var) in used}
-    factors, inner = {}, reader
-    for k, (st, _) in enumerate(chain):
+    reads of the next stage inward, a relevant axis of that stage; a stage that does not
+    read the next one directly counts every axis as relevant. Trip counts are those bound
+    inference will give: a stage attached inside a loop covers only the part of each axis
+    that the loops inside the attach point cover."""
+    relevant = _relevant_axes(pack, [st for st, _ in chain])
+    trips: dict[int, int] = {}
+    region: dict[int, int] = {}
+    for k in range(len(chain) - 1, -1, -1):
+        st = chain[k][0]
+        trips.update(_trip_counts(st, region))
         if k:
-            reads = [r for r in _reads(st.op) if r.tensor is inner.op.output()]
-            if reads:
-                rel_vars = {id(i) for r in reads for d, i in enumerate(r.indices)
-                            if d < len(inner.op.axis) and id(inner.op.axis[d]) in relevant}
-                relevant = {id(a) for a in st.op.axis if id(a.var) in rel_vars}
-            else:
-                relevant = {id(a) for a in list(st.op.axis) + list(st.op.reduce_axis)}
-        factors.update(_irrelevant_extents(st, relevant))
-        inner = st
+            region = _child_region(st, chain[k - 1][0], chain[k][1], trips)
     out, prod = {}, 1
     for st, entry in reversed(chain):
         leaves = st.leaf_iter_vars
         last = leaves.index(entry) if entry is not None else len(leaves) - 1
+        irrelevant = _irrelevant_trips(st, relevant, trips)
         for iv in leaves[:last + 1]:
-            prod *= factors[id(iv)]
+            prod *= irrelevant[id(iv)]
             out[id(iv)] = prod
     return out
 
 
-def _irrelevant_extents(st, relevant: set[int]) -> dict[int, int]:
-    """id(loop) -> the part of its extent over axes not in `relevant` (root axes of `st`),
-    following the stage's splits and fuses."""
-    f = {id(a): (1 if id(a) in relevant else a.extent) for a in list(st.op.axis) + list(st.op.reduce_axis)}
+def _roots(st) -> list:
+    return list(st.op.axis) + list(st.op.reduce_axis)
+
+
+def _relevant_axes(pack, stages: list) -> set[int]:
+    """ids of the root axes of `stages` (innermost first) that the pack depends on."""
+    used = {id(v) for r in _reads(stages[0].op) if r.tensor is pack for i in r.indices
+            for v in walk(i) if isinstance(v, Var)}
+    relevant = {id(a) for a in _roots(stages[0]) if id(a.var) in used}
+    out, inner = set(relevant), stages[0]
+    for st in stages[1:]:
+        reads = _index_lists(st, inner)
+        if reads:
+            rel_vars = {id(i) for r in reads for d, i in enumerate(r)
+                        if d < len(inner.op.axis) and id(inner.op.axis[d]) in relevant}
+            relevant = {id(a) for a in st.op.axis if id(a.var) in rel_vars}
+        else:
+            relevant = {id(a) for a in _roots(st)}
+        out |= relevant
+        inner = st
+    return out
+
+
+def _index_lists(st, target) -> list[tuple]:
+    """The index lists with which stage `st` reads stage `target`'s output, also through
+    stages inlined into it (gelu reads D through the inlined `bias`: D[i, j] in gelu's
+    variables). Reads name the original tensor of a stage that a cache_read rewrote."""
+    out = []
+    for r in _reads(st.op):
+        src = st.sch[r.tensor]
+        if src is target:
+            out.append(r.indices)
+        elif src.attach[0] == "inline":
+            vmap = {a.var: i for a, i in zip(src.op.axis, r.indices)}
+            out += [tuple(substitute(i, vmap) for i in idx) for idx in _index_lists(src, target)]
+    return out
+
+
+def _trip_counts(st, region: dict[int, int]) -> dict[int, int]:
+    """id(loop) -> trip count of each loop of `st` whose root axes cover `region` (by id;
+    the whole axis where absent)."""
+    t = {id(a): region.get(id(a), a.extent) for a in _roots(st)}
     for rel in st.relations:
         if isinstance(rel, Fuse):
-            f[id(rel.fused)] = f[id(rel.outer)] * f[id(rel.inner)]
+            t[id(rel.fused)] = t[id(rel.outer)] * t[id(rel.inner)]
         else:
-            p = f[id(rel.parent)]
-            f[id(rel.outer)] = min(rel.outer.extent, p) if p > 1 else 1
-            f[id(rel.inner)] = min(rel.inner.extent, p) if p > 1 else 1
+            t[id(rel.inner)] = min(rel.inner.extent, t[id(rel.parent)])
+            t[id(rel.outer)] = -(-t[id(rel.parent)] // rel.inner.extent)
+    return t
+
+
+def _derivation(st) -> dict[int, set[int]]:
+    """id(loop) -> ids of the root axes it runs over."""
+    d = {id(a): {id(a)} for a in _roots(st)}
+    for rel in st.relations:
+        if isinstance(rel, Fuse):
+            d[id(rel.fused)] = d[id(rel.outer)] | d[id(rel.inner)]
+        else:
+            d[id(rel.outer)] = d[id(rel.inner)] = d[id(rel.parent)]
+    return d
+
+
+def _child_region(parent, child, entry, trips: dict[int, int]) -> dict[int, int]:
+    """How much of each of `child`'s axes one iteration of `parent`'s loop `entry` covers:
+    the trip counts of the parent's loops inside `entry` over the axis that indexes it."""
+    leaves = parent.leaf_iter_vars
+    inside = leaves[leaves.index(entry) + 1:]
+    deriv = _derivation(parent)
+    span = {id(a): 1 for a in _roots(parent)}
+    for iv in inside:
+        for r in deriv[id(iv)]:
+            span[r] *= trips[id(iv)]
+    by_var = {id(a.var): span[id(a)] for a in parent.op.axis}
+    region: dict[int, int] = {}
+    for r in _index_lists(parent, child):
+        for d, i in enumerate(r):
+            if d < len(child.op.axis) and id(i) in by_var:
+                a = child.op.axis[d]
+                region[id(a)] = min(a.extent, max(region.get(id(a), 0), by_var[id(i)]))
+    return region
+
+
+def _irrelevant_trips(st, relevant: set[int], trips: dict[int, int]) -> dict[int, int]:
+    """id(loop) -> the part of its trip count over axes not in `relevant`."""
+    f = {k: (1 if roots & relevant else trips[k]) for k, roots in _derivation(st).items()}
+    for rel in st.relations:
+        if isinstance(rel, Fuse):  # a fused loop of i and j tiles: the i part
+            f[id(rel.fused)] = f[id(rel.outer)] * f[id(rel.inner)]
     return f
