@@ -50,6 +50,8 @@ def match_transpose_nest(s: S.For, lanes: int) -> TransposeNest | None:
     ld, dt = st.value, st.buffer.dtype
     if ld.buffer is st.buffer or ld.dtype != dt or dt == "bool":
         return None
+    if any(isinstance(n, E.Load) for e in (ld.index, st.index) for n in E.walk(e)):
+        return None  # an indirect index might read what the copy writes
     a, b = s.var, inner.var
     if stride(st.index, b) != 1 or stride(ld.index, a) != 1:
         return None

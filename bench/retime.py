@@ -1,0 +1,74 @@
+"""Re-time the best program of records DBs next to PyTorch, with every statistic.
+
+    .venv/bin/python bench/retime.py --workload dense runs/bench13-dense-s0/evolutionary.db ...
+                                     [--trace 'JSON trace' ...] [--rounds 3] [--tries 6]
+
+For each DB (its best record of the workload's task) and each --trace, per round: PyTorch
+and numpy in child processes (tlmir.ops.baselines.baseline_times_isolated), then each
+program `tries` times (a median of 15 calls each) at 1 and 2 threads. Prints, per program
+and thread count, the median over rounds of: the fastest of the tries (the statistic the
+baselines get), their median, and the first alone (what bench/search.py reported before
+session 9), each with its ratio to PyTorch.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sqlite3
+import statistics
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # numpy is a single-thread baseline
+
+from search import WORKLOADS  # noqa: E402  (bench/search.py)
+from tlmir.evaluate import program_timer  # noqa: E402
+from tlmir.ops.baselines import baseline_times_isolated  # noqa: E402
+from tlmir.runtime.task import Task  # noqa: E402
+
+
+def best_trace(path: str, task: Task) -> str:
+    con = sqlite3.connect(path)
+    row = con.execute("select trace from records where task_key = ? and best is not null "
+                      "order by best limit 1", (task.key,)).fetchone()
+    if row is None:
+        raise SystemExit(f"{path}: no successful record of {task.name}")
+    return row[0]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("dbs", nargs="*")
+    p.add_argument("--workload", required=True, help="name prefix of a bench/search.py workload")
+    p.add_argument("--trace", action="append", default=[], help="a trace as JSON (repeatable)")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--tries", type=int, default=6)
+    a = p.parse_args()
+    name = next((n for n in WORKLOADS if n.startswith(a.workload)), None)
+    if name is None:
+        raise SystemExit(f"unknown workload {a.workload!r}; one of: {', '.join(WORKLOADS)}")
+    op = WORKLOADS[name]()
+    task = Task.from_op(op, name=name)
+    programs = {path: best_trace(path, task) for path in a.dbs}
+    programs.update({f"trace {k}": t for k, t in enumerate(a.trace)})
+    timers = {k: program_timer(task, t) for k, t in programs.items()}
+    samples: dict[tuple, list[float]] = {}
+    for _ in range(a.rounds):
+        for threads, times in baseline_times_isolated(op, (1, 2)).items():
+            samples.setdefault(("torch", threads, ""), []).append(times["torch"])
+        for key, seconds in timers.items():
+            for threads in (1, 2):
+                meds = [seconds(threads) for _ in range(max(1, a.tries))]
+                for stat, v in (("fastest", min(meds)), ("median", statistics.median(meds)),
+                                ("first", meds[0])):
+                    samples.setdefault((key, threads, stat), []).append(v)
+    torch = {t: statistics.median(samples[("torch", t, "")]) for t in (1, 2)}
+    print(f"{name}: PyTorch {torch[1] * 1e3:.3f} ms (1 thread), {torch[2] * 1e3:.3f} ms (2 threads)")
+    for key in timers:
+        for threads in (1, 2):
+            cells = [f"{stat} {statistics.median(samples[(key, threads, stat)]) * 1e3:.3f} ms "
+                     f"({torch[threads] / statistics.median(samples[(key, threads, stat)]):.2f})"
+                     for stat in ("fastest", "median", "first")]
+            print(f"  {key} @{threads}t: " + ", ".join(cells))
+
+
+if __name__ == "__main__":
+    main()
