@@ -108,8 +108,9 @@ def _relevant_axes(pack, stages: list) -> set[int]:
     for st in stages[1:]:
         reads = _index_lists(st, inner)
         if reads:
-            rel_vars = {id(i) for r in reads for d, i in enumerate(r)
-                        if d < len(inner.op.axis) and id(inner.op.axis[d]) in relevant}
+            rel_vars = {id(v) for r in reads for d, i in enumerate(r)
+                        if d < len(inner.op.axis) and id(inner.op.axis[d]) in relevant
+                        for v in walk(i) if isinstance(v, Var)}
             relevant = {id(a) for a in st.op.axis if id(a.var) in rel_vars}
         else:
             relevant = {id(a) for a in _roots(st)}
