@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sqlite3
 import statistics
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # numpy is a single-thread baseline
@@ -22,16 +21,18 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # numpy is a single-thread b
 from search import WORKLOADS  # noqa: E402  (bench/search.py)
 from tlmir.evaluate import program_timer  # noqa: E402
 from tlmir.ops.baselines import baseline_times_isolated  # noqa: E402
+from tlmir.runtime.records import RecordDB  # noqa: E402
+from tlmir.runtime.target import host_hardware  # noqa: E402
 from tlmir.runtime.task import Task  # noqa: E402
 
 
 def best_trace(path: str, task: Task) -> str:
-    con = sqlite3.connect(path)
-    row = con.execute("select trace from records where task_key = ? and best is not null "
-                      "order by best limit 1", (task.key,)).fetchone()
-    if row is None:
-        raise SystemExit(f"{path}: no successful record of {task.name}")
-    return row[0]
+    """The trace of the fastest successful record of `task` on this machine in `path`."""
+    with RecordDB(path) as db:
+        best = db.best(task.key, host_hardware().key)
+    if not best:
+        raise SystemExit(f"{path}: no successful record of {task.name} on this machine")
+    return best[0].trace
 
 
 def main() -> None:

@@ -124,13 +124,14 @@ def report(budgets, strategies, db_dir, workloads, rounds: int = 3, tries: int =
 def format_row(row: dict, budgets, strategies) -> str:
     g = row["gflop"]
     cells = [f"{row['workload']:<32}"]
+    searched = [f"{s}{k}" for s in strategies for k in budgets]
     for threads in (1, 2):
-        for key in [f"{s}{k}" for s in strategies for k in budgets] + ["numpy", "torch"]:
+        for key in searched + ["numpy", "torch"]:
             t = row.get(f"{key}_{threads}t_s")
             if t:
                 cells.append(f"{key}@{threads}t {g / t:7.1f}")
     firsts = [f"{key}@{threads}t {g / row[f'{key}_{threads}t_first_s']:7.1f}" for threads in (1, 2)
-              for key in [f"{s}{k}" for s in strategies for k in budgets] if f"{key}_{threads}t_first_s" in row]
+              for key in searched if f"{key}_{threads}t_first_s" in row]
     return "  ".join(cells) + "   (GFLOP/s)" + ("\n" + " " * 32 + "  first median per round: " + "  ".join(firsts)
                                                   if firsts else "")
 

@@ -121,7 +121,11 @@ class ExprEmitter:
             return ir.Constant(vt, [v] * n)
         undef = ir.Constant(vt, ir.Undefined)
         one = self.b.insert_element(undef, v, ir.Constant(I32, 0))
-        return self.b.shuffle_vector(one, undef, ir.Constant(ir.VectorType(I32, n), [0] * n))
+        return self.shuffle(one, undef, [0] * n)
+
+    def shuffle(self, x: ir.Value, y: ir.Value, idx: list[int]) -> ir.Value:
+        """Lanes `idx` of x ++ y (shufflevector with a constant mask)."""
+        return self.b.shuffle_vector(x, y, ir.Constant(ir.VectorType(I32, len(idx)), idx))
 
     def match(self, *vals: ir.Value) -> list[ir.Value]:
         """Broadcast scalars to the lane count of any vector among `vals`."""

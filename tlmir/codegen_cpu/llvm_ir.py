@@ -23,7 +23,7 @@ from ..ir import expr as E
 from ..ir import stmt as S
 from .analysis import can_vectorize, captures, is_reduce_update, stride
 from .reduction import emit_reduce_loop, match_reduce_loop
-from .transpose import emit_transpose_nest, match_transpose_nest
+from .transpose import TransposeNest, emit_transpose_nest, match_transpose_nest
 from .exprs import I32, I64, PTR, VOID, ExprEmitter, Lanes, ModuleContext, elem_size, mem_type
 
 ALLOCA_LIMIT = 256 * 1024  # bytes; larger local buffers go to the heap, not the stack
@@ -158,7 +158,7 @@ class FuncEmitter(ExprEmitter):
         elif s.kind == "vectorized" and n is not None and n > 1 and can_vectorize(s.body, s.var):
             self._vectorize(s, n)
         elif outlined:
-            self._parallel(s)
+            self._parallel(s, tr)
         else:
             lo = self.index(s.min)
             hi = self.b.add(lo, self.index(s.extent), flags=("nsw",))
@@ -214,7 +214,7 @@ class FuncEmitter(ExprEmitter):
         if shadowed is not None:
             self.env[s.var] = shadowed
 
-    def _parallel(self, s: S.For) -> None:
+    def _parallel(self, s: S.For, tr: TransposeNest | None = None) -> None:
         """Outline the loop into `void body(ptr data)` and run it on every OpenMP thread.
 
         body unpacks the captured values and calls an internal `impl` that takes buffers as
@@ -230,7 +230,7 @@ class FuncEmitter(ExprEmitter):
         impl.attributes.add("nounwind")
         for a in impl.args[nscalar:]:
             a.add_attribute("noalias")
-        self._emit_chunk(impl, s, vars_, bufs)
+        self._emit_chunk(impl, s, vars_, bufs, tr)
 
         body = ir.Function(self.mod.module, ir.FunctionType(VOID, [PTR]), name)
         body.linkage = "internal"
@@ -257,8 +257,10 @@ class FuncEmitter(ExprEmitter):
     def _field(bd: ir.IRBuilder, ptr: ir.Value, struct: ir.Type, k: int) -> ir.Value:
         return bd.gep(ptr, [ir.Constant(I32, 0), ir.Constant(I32, k)], inbounds=True, source_etype=struct)
 
-    def _emit_chunk(self, impl: ir.Function, s: S.For, vars_: list, bufs: list) -> None:
-        """impl(lo, extent, vars..., bufs...): this thread's contiguous share of the range."""
+    def _emit_chunk(self, impl: ir.Function, s: S.For, vars_: list, bufs: list,
+                    tr: TransposeNest | None) -> None:
+        """impl(lo, extent, vars..., bufs...): this thread's contiguous share of the range;
+        `tr`: the loop as a transposing copy, blocked within the share."""
         child = FuncEmitter(self.mod, impl, self.fname, in_parallel=True)
         lo, ext = impl.args[0], impl.args[1]
         child.env = dict(zip(vars_, impl.args[2:]))
@@ -270,7 +272,6 @@ class FuncEmitter(ExprEmitter):
         begin = bd.mul(tid, size)
         end = bd.add(begin, size)
         end = bd.select(bd.icmp_signed("<", end, ext), end, ext)
-        tr = match_transpose_nest(s, self.mod.lanes_hint)
         if tr is not None:  # the thread's rows of a transposing copy, blocked
             emit_transpose_nest(child, tr, bd.add(lo, begin, flags=("nsw",)), bd.sub(end, begin))
         else:

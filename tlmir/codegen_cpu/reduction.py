@@ -73,22 +73,18 @@ def _combine(em, kind: type, a: ir.Value, b: ir.Value) -> ir.Value:
     return em.b.select(em.b.fcmp_ordered(">" if kind is E.Max else "<", a, b), a, b)
 
 
-def _shuffle(em, v: ir.Value, other: ir.Value, idx: list[int]) -> ir.Value:
-    return em.b.shuffle_vector(v, other, ir.Constant(ir.VectorType(I32, len(idx)), idx))
-
-
 def _horizontal(em, kind: type, v: ir.Value, dtype: str) -> ir.Value:
     """One scalar from a vector: pad to a power of two with the identity, then halve."""
     n = v.type.count
     p = 1 << (n - 1).bit_length()
     if p != n:
         pad = em.const(_identity(kind), dtype, n)
-        v = _shuffle(em, v, pad, list(range(n)) + [n] * (p - n))
+        v = em.shuffle(v, pad, list(range(n)) + [n] * (p - n))
     while p > 1:
         h = p // 2
         undef = ir.Constant(v.type, ir.Undefined)
-        v = _combine(em, kind, _shuffle(em, v, undef, list(range(h))),
-                     _shuffle(em, v, undef, list(range(h, p))))
+        v = _combine(em, kind, em.shuffle(v, undef, list(range(h))),
+                     em.shuffle(v, undef, list(range(h, p))))
         p = h
     return em.b.extract_element(v, ir.Constant(I32, 0))
 

@@ -22,7 +22,7 @@ from llvmlite import ir
 from ..ir import expr as E
 from ..ir import stmt as S
 from .analysis import stride
-from .exprs import I32, I64, elem_size
+from .exprs import I64, elem_size
 
 
 class TransposeNest(NamedTuple):
@@ -61,10 +61,6 @@ def match_transpose_nest(s: S.For, lanes: int) -> TransposeNest | None:
     return TransposeNest(s, inner, st)
 
 
-def _shuffle(em, x: ir.Value, y: ir.Value, idx: list[int]) -> ir.Value:
-    return em.b.shuffle_vector(x, y, ir.Constant(ir.VectorType(I32, len(idx)), idx))
-
-
 def transpose_block(em, rows: list[ir.Value]) -> list[ir.Value]:
     """Columns of the L×L block whose rows are `rows` (L a power of two): log2(L) rounds,
     each zipping row i with row i + L/2 into two rows (lower halves, then upper halves)."""
@@ -74,7 +70,7 @@ def transpose_block(em, rows: list[ir.Value]) -> list[ir.Value]:
     for _ in range(n.bit_length() - 1):
         out = []
         for i in range(h):
-            out += [_shuffle(em, rows[i], rows[i + h], lo), _shuffle(em, rows[i], rows[i + h], hi)]
+            out += [em.shuffle(rows[i], rows[i + h], lo), em.shuffle(rows[i], rows[i + h], hi)]
         rows = out
     return rows
 

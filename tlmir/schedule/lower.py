@@ -21,7 +21,7 @@ from ..ir.expr import (Add, Const, Expr, Load, Max, Min, Reduce, TensorRead, Var
                        substitute, transform, walk)
 from ..ir.stmt import Allocate, Buffer, For, IfThenElse, PrimFunc, Seq, Stmt, Store, seq
 from ..ir.tensor import Tensor
-from .schedule import Schedule, Split, Stage
+from .schedule import Schedule, Split, Stage, derive_trip_counts
 
 _COMBINE = {"sum": Add, "max": Max, "min": Min}
 
@@ -189,13 +189,7 @@ class _Lowerer:
 
     def _domains(self, info: _Info, exts: list) -> None:
         st, dom = info.stage, info.dom
-        for rel in st.relations:
-            if isinstance(rel, Split):
-                n = dom[id(rel.parent)]
-                outer = -(-n // rel.factor)
-                dom[id(rel.outer)], dom[id(rel.inner)] = outer, (rel.factor if outer > 1 else n)
-            else:
-                dom[id(rel.fused)] = dom[id(rel.outer)] * dom[id(rel.inner)]
+        derive_trip_counts(st.relations, dom)
         val = {id(v): (const(0) if _elided(st, v, dom) else v.var) for v in st.leaf_iter_vars}
         for v in st.leaf_iter_vars:
             self.ranges[v.var] = (0, dom[id(v)] - 1)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from ..ir.expr import TensorRead, Var, substitute, walk
 from ..ir.tensor import ComputeOp, PlaceholderOp
-from .schedule import Fuse
+from .schedule import Fuse, derive_trip_counts
 
 
 def _reads(op: ComputeOp) -> list[TensorRead]:
@@ -77,18 +77,19 @@ def pack_repeats(pack, chain: list[tuple]) -> dict[int, int]:
     inference will give: a stage attached inside a loop covers only the part of each axis
     that the loops inside the attach point cover."""
     relevant = _relevant_axes(pack, [st for st, _ in chain])
+    deriv = {id(st): _derivation(st) for st, _ in chain}
     trips: dict[int, int] = {}
     region: dict[int, int] = {}
     for k in range(len(chain) - 1, -1, -1):
         st = chain[k][0]
         trips.update(_trip_counts(st, region))
         if k:
-            region = _child_region(st, chain[k - 1][0], chain[k][1], trips)
+            region = _child_region(st, chain[k - 1][0], chain[k][1], trips, deriv[id(st)])
     out, prod = {}, 1
     for st, entry in reversed(chain):
         leaves = st.leaf_iter_vars
         last = leaves.index(entry) if entry is not None else len(leaves) - 1
-        irrelevant = _irrelevant_trips(st, relevant, trips)
+        irrelevant = _irrelevant_trips(st, relevant, trips, deriv[id(st)])
         for iv in leaves[:last + 1]:
             prod *= irrelevant[id(iv)]
             out[id(iv)] = prod
@@ -136,14 +137,9 @@ def _index_lists(st, target) -> list[tuple]:
 
 def _trip_counts(st, region: dict[int, int]) -> dict[int, int]:
     """id(loop) -> trip count of each loop of `st` whose root axes cover `region` (by id;
-    the whole axis where absent)."""
+    the whole axis where absent), as lowering will count them."""
     t = {id(a): region.get(id(a), a.extent) for a in _roots(st)}
-    for rel in st.relations:
-        if isinstance(rel, Fuse):
-            t[id(rel.fused)] = t[id(rel.outer)] * t[id(rel.inner)]
-        else:
-            t[id(rel.inner)] = min(rel.inner.extent, t[id(rel.parent)])
-            t[id(rel.outer)] = -(-t[id(rel.parent)] // rel.inner.extent)
+    derive_trip_counts(st.relations, t)
     return t
 
 
@@ -158,12 +154,13 @@ def _derivation(st) -> dict[int, set[int]]:
     return d
 
 
-def _child_region(parent, child, entry, trips: dict[int, int]) -> dict[int, int]:
+def _child_region(parent, child, entry, trips: dict[int, int],
+                  deriv: dict[int, set[int]]) -> dict[int, int]:
     """How much of each of `child`'s axes one iteration of `parent`'s loop `entry` covers:
-    the trip counts of the parent's loops inside `entry` over the axis that indexes it."""
+    the trip counts of the parent's loops inside `entry` over the axis that indexes it
+    (`deriv`: the parent's `_derivation`)."""
     leaves = parent.leaf_iter_vars
     inside = leaves[leaves.index(entry) + 1:]
-    deriv = _derivation(parent)
     span = {id(a): 1 for a in _roots(parent)}
     for iv in inside:
         for r in deriv[id(iv)]:
@@ -178,9 +175,11 @@ def _child_region(parent, child, entry, trips: dict[int, int]) -> dict[int, int]
     return region
 
 
-def _irrelevant_trips(st, relevant: set[int], trips: dict[int, int]) -> dict[int, int]:
-    """id(loop) -> the part of its trip count over axes not in `relevant`."""
-    f = {k: (1 if roots & relevant else trips[k]) for k, roots in _derivation(st).items()}
+def _irrelevant_trips(st, relevant: set[int], trips: dict[int, int],
+                      deriv: dict[int, set[int]]) -> dict[int, int]:
+    """id(loop) -> the part of its trip count over axes not in `relevant` (`deriv`: the
+    stage's `_derivation`)."""
+    f = {k: (1 if roots & relevant else trips[k]) for k, roots in deriv.items()}
     for rel in st.relations:
         if isinstance(rel, Fuse):  # a fused loop of i and j tiles: the i part
             f[id(rel.fused)] = f[id(rel.outer)] * f[id(rel.inner)]

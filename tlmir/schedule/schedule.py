@@ -37,6 +37,19 @@ def _ceildiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def derive_trip_counts(relations: list, dom: dict[int, int]) -> None:
+    """Add to `dom` (id(IterVar) -> trip count, holding the split and fused loops' roots)
+    the trip count of every loop the `relations` derive: a split of n by f runs
+    ceil(n / f) x min(f, n), a fuse the product of its two loops."""
+    for rel in relations:
+        if isinstance(rel, Split):
+            n = dom[id(rel.parent)]
+            outer = _ceildiv(n, rel.factor)
+            dom[id(rel.outer)], dom[id(rel.inner)] = outer, (rel.factor if outer > 1 else n)
+        else:
+            dom[id(rel.fused)] = dom[id(rel.outer)] * dom[id(rel.inner)]
+
+
 class Stage:
     """How one operation is computed: its loop nest, annotations and attach point."""
 
