@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import signal
 
 import numpy as np
@@ -59,6 +60,21 @@ def test_long_vectorized_loop_is_strip_mined_with_tail():
     compile_func(f)(a, out)
     np.testing.assert_allclose(out, a * 2 + np.arange(n), rtol=1e-6)
     assert "<4 x float>" in emit_module(f)
+
+
+@pytest.mark.parametrize("n, widths", [(48, {16}), (24, {16, 8}), (40, {16, 8}), (12, {12}),
+                                       (32, {32}), (64, {64})])
+def test_vector_widths_are_narrow_or_powers_of_two(n, widths):
+    """A vectorized extent of at least the hint width that is not a power of two is emitted as
+    hint-wide vectors plus a tail: LLVM turns <48 x float> into scalar code (25x slower)."""
+    f = elementwise("vectorized", n, lambda i, A: Load(A, i) * Const(3.0, "float32") + Cast("float32", i),
+                    name=f"w{n}")
+    ir_text = emit_module(f)
+    assert {int(w) for w in re.findall(r"<(\d+) x float>", ir_text)} == widths
+    a = RNG.random(n, dtype=np.float32)
+    out = np.zeros(n, np.float32)
+    compile_func(f)(a, out)
+    np.testing.assert_allclose(out, a * 3 + np.arange(n), rtol=1e-6)
 
 
 def test_strided_gather_scatter_and_broadcast_load():

@@ -192,9 +192,13 @@ class FuncEmitter(ExprEmitter):
         bd.position_at_end(done)
 
     def _vectorize(self, s: S.For, n: int) -> None:
-        """One vector body of n lanes, or hint-wide vectors in a loop plus a tail vector."""
+        """One vector body of n lanes when n is below the hint width, or a power of two of at
+        most MAX_VECTOR_CHUNKS hint-wide vectors; otherwise hint-wide vectors (unrolled, or in
+        a loop when there are more than MAX_VECTOR_CHUNKS) and a tail vector of n % hint
+        lanes. LLVM legalizes a wide non-power-of-two vector such as <48 x float> into scalar
+        code, 25x slower than three <16 x float> (docs/architecture.md, "Vector widths")."""
         lo, w = self.index(s.min), self.mod.lanes_hint
-        if n <= MAX_VECTOR_CHUNKS * w:
+        if (n < w or n & (n - 1) == 0) and n <= MAX_VECTOR_CHUNKS * w:
             self._vector_body(s, lo, n)
             return
         chunks = n // w
@@ -202,7 +206,11 @@ class FuncEmitter(ExprEmitter):
         def chunk(c: ir.Value) -> None:
             self._vector_body(s, self.b.add(lo, self.b.mul(c, ir.Constant(I64, w)), flags=("nsw",)), w)
 
-        self.loop(ir.Constant(I64, 0), ir.Constant(I64, chunks), chunk, s.var.name + ".vec")
+        if chunks > MAX_VECTOR_CHUNKS:
+            self.loop(ir.Constant(I64, 0), ir.Constant(I64, chunks), chunk, s.var.name + ".vec")
+        else:
+            for c in range(chunks):
+                chunk(ir.Constant(I64, c))
         if n % w:
             self._vector_body(s, self.b.add(lo, ir.Constant(I64, chunks * w), flags=("nsw",)), n % w)
 
