@@ -137,6 +137,24 @@ def test_inline_and_compute_at_chain():
     np.testing.assert_allclose(w, z[:, :-2] + z[:, 1:-1] + z[:, 2:], rtol=1e-5)
 
 
+def test_printed_loops_named_like_an_enclosing_loop_get_a_suffix():
+    """A producer computed at a consumer's loop has loops named like the consumer's (both
+    stages split `i` alike): the printout names the inner one `i.outer_1`, uses included."""
+    n = 32
+    X = te.placeholder((n, n), name="X")
+    Y = te.compute((n, n), lambda i, j: X[i, j] * 2.0, name="Y")
+    Z = te.compute((n, n), lambda i, j: Y[i, j] + 1.0, name="Z")
+    s = tlmir.create_schedule(Z)
+    zo, _ = s[Z].split(Z.op.axis[0], factor=8)
+    s[Y].split(Y.op.axis[0], factor=4)
+    s[Y].compute_at(s[Z], zo)
+    lines = [ln.strip() for ln in str(tlmir.lower(s, [X, Z])).splitlines()]
+    assert "for i.outer in range(4):" in lines and "for i.outer_1 in range(2):" in lines
+    assert ("Y[i.outer_1 * 128 + i.inner * 32 + j] = X[i.outer * 256 + i.outer_1 * 128 + i.inner * 32 + j] * 2.0"
+            in lines)
+    assert lines.count("for i.inner in range(4):") == 1 and lines.count("for i.inner in range(8):") == 1
+
+
 def test_history_prints_serialises_and_replays():
     A, B, C = matmul()
     s = tlmir.create_schedule(C)

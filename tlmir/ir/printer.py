@@ -17,55 +17,70 @@ def _fmt_const(c: E.Const) -> str:
     return str(c.value)
 
 
-def expr_str(e: E.Expr, parent_prec: int = 0) -> str:
+def expr_str(e: E.Expr, parent_prec: int = 0, names: dict | None = None) -> str:
+    """`names`: display names of loop variables that would otherwise print alike (stmt_str)."""
+    def sub(x: E.Expr, prec: int = 0) -> str:
+        return expr_str(x, prec, names)
     if isinstance(e, E.Const):
         return _fmt_const(e)
     if isinstance(e, E.Var):
-        return e.name
+        return names.get(e, e.name) if names else e.name
     if isinstance(e, (E.Min, E.Max)):
-        return f"{e.symbol}({expr_str(e.a)}, {expr_str(e.b)})"
+        return f"{e.symbol}({sub(e.a)}, {sub(e.b)})"
     if isinstance(e, E.Binary):
         p = _PREC[type(e)]
-        s = f"{expr_str(e.a, p)} {e.symbol} {expr_str(e.b, p + 1)}"
+        s = f"{sub(e.a, p)} {e.symbol} {sub(e.b, p + 1)}"
         return f"({s})" if p < parent_prec else s
     if isinstance(e, E.Not):
-        return f"!{expr_str(e.a, 9)}"
+        return f"!{sub(e.a, 9)}"
     if isinstance(e, E.Select):
-        return f"select({expr_str(e.cond)}, {expr_str(e.t)}, {expr_str(e.f)})"
+        return f"select({sub(e.cond)}, {sub(e.t)}, {sub(e.f)})"
     if isinstance(e, E.Cast):
-        return f"{e.dtype}({expr_str(e.value)})"
+        return f"{e.dtype}({sub(e.value)})"
     if isinstance(e, E.Call):
-        return f"{e.op}({', '.join(expr_str(a) for a in e.args)})"
+        return f"{e.op}({', '.join(sub(a) for a in e.args)})"
     if isinstance(e, E.TensorRead):
-        return f"{e.tensor.name}[{', '.join(expr_str(i) for i in e.indices)}]"
+        return f"{e.tensor.name}[{', '.join(sub(i) for i in e.indices)}]"
     if isinstance(e, E.Reduce):
         axes = ", ".join(a.name for a in e.axes)
-        cond = "" if e.condition is None else f", where={expr_str(e.condition)}"
-        return f"{e.combiner}({expr_str(e.source)}, axis=[{axes}]{cond})"
+        cond = "" if e.condition is None else f", where={sub(e.condition)}"
+        return f"{e.combiner}({sub(e.source)}, axis=[{axes}]{cond})"
     if isinstance(e, E.Load):
-        return f"{e.buffer.name}[{expr_str(e.index)}]"
+        return f"{e.buffer.name}[{sub(e.index)}]"
     return f"<{type(e).__name__}>"
 
 
-def stmt_str(s: S.Stmt, indent: int = 0) -> str:
+def stmt_str(s: S.Stmt, indent: int = 0, names: dict | None = None) -> str:
+    """`names` maps the loop variables in scope to their display names: a loop whose
+    variable is named like one around it (a stage computed at a loop of a consumer with the
+    same axis and split names) prints as `name_1`, `name_2`, ..."""
+    names = {} if names is None else names
     pad = "  " * indent
+
+    def ex(e: E.Expr) -> str:
+        return expr_str(e, 0, names)
     if isinstance(s, S.Seq):
-        return "\n".join(stmt_str(c, indent) for c in s.stmts)
+        return "\n".join(stmt_str(c, indent, names) for c in s.stmts)
     if isinstance(s, S.For):
-        rng = (f"{expr_str(s.extent)}" if isinstance(s.min, E.Const) and s.min.value == 0
-               else f"{expr_str(s.min)}, {expr_str(s.min + s.extent)}")
+        rng = (f"{ex(s.extent)}" if isinstance(s.min, E.Const) and s.min.value == 0
+               else f"{ex(s.min)}, {ex(s.min + s.extent)}")
         kind = "" if s.kind == "serial" else f"  # {s.thread_tag or s.kind}"
-        return f"{pad}for {s.var.name} in range({rng}):{kind}\n{stmt_str(s.body, indent + 1)}"
+        taken, name, k = set(names.values()), s.var.name, 0
+        while name in taken:
+            k += 1
+            name = f"{s.var.name}_{k}"
+        body = stmt_str(s.body, indent + 1, {**names, s.var: name})
+        return f"{pad}for {name} in range({rng}):{kind}\n{body}"
     if isinstance(s, S.Store):
-        return f"{pad}{s.buffer.name}[{expr_str(s.index)}] = {expr_str(s.value)}"
+        return f"{pad}{s.buffer.name}[{ex(s.index)}] = {ex(s.value)}"
     if isinstance(s, S.Allocate):
         b = s.buffer
         head = f"{pad}{b.name} = allocate({list(b.shape)}, {b.dtype}, {b.scope})"
-        return f"{head}\n{stmt_str(s.body, indent)}"
+        return f"{head}\n{stmt_str(s.body, indent, names)}"
     if isinstance(s, S.IfThenElse):
-        out = f"{pad}if {expr_str(s.cond)}:\n{stmt_str(s.then, indent + 1)}"
+        out = f"{pad}if {ex(s.cond)}:\n{stmt_str(s.then, indent + 1, names)}"
         if s.orelse is not None:
-            out += f"\n{pad}else:\n{stmt_str(s.orelse, indent + 1)}"
+            out += f"\n{pad}else:\n{stmt_str(s.orelse, indent + 1, names)}"
         return out
     if isinstance(s, S.Barrier):
         return f"{pad}barrier({s.scope})"
