@@ -100,8 +100,9 @@ def test_pack_can_sit_outside_the_tile_stage():
                 self.at_options = options
             return super()._decide(question, options)
 
+    from tlmir.runtime.target import SearchParams
     op = ops.dense(16, 64, 32, bias=True, act="gelu")
-    space = SearchSpace(op.outputs, HW2)
+    space = SearchSpace(op.outputs, HW2, SearchParams(pack_max_repeat=10**9))  # every loop offered
     sid = next(i for i, s in enumerate(space.sketches) if str(s).endswith("D:tile_fuse2, W:packD"))
     ask = Record(3)
     space.apply(sid, ask)

@@ -48,8 +48,9 @@ class SearchParams:
                                        # dealt round-robin over the sketches (each its own top-scored)
     sketch_drop_factor: float = 10.0   # ... a sketch whose best is this much slower than the best
     sketch_drop_after: int = 16        # after this many of its programs were measured loses that share
-    pack_max_repeat: int = 2           # a pack may sit at a loop where it copies each element at most
-                                       # this often (inside the loop over dense's i tiles: once per tile)
+    pack_max_repeat: int = 1           # a pack may sit at a loop where it copies each element at most
+                                       # this often (inside the loop over dense's i tiles: once per tile;
+                                       # a second copy of dense's W cost 6-11%: docs/benchmarks.md)
     mutation_prob: float = 0.85
     mutation_weights: tuple = (("tile", 0.90), ("at", 0.05), ("unroll", 0.04), ("vec", 0.04), ("parallel", 0.01))
                                        # which kind of question a mutation redraws (Ansor's CPU rule
