@@ -170,6 +170,31 @@ def test_pack_locations_that_copy_too_often_are_not_offered(limit):
         assert worst > 2
 
 
+def test_traces_over_a_lowered_pack_limit_still_replay_but_are_not_drawn():
+    """A trace recorded when the limit was higher replays to the same program (records of
+    older runs stay usable); mutating it draws an allowed location instead."""
+    from tlmir.runtime.target import SearchParams
+    from tlmir.schedule.packing import pack_repeats
+    from tlmir.schedule.space import _attach_chain
+
+    def repeat(sch):
+        pk = sch.stage("W.pack")
+        if pk.attach[0] != "at":
+            return 1
+        return pack_repeats(pk.op.output(), _attach_chain(sch.readers_of(pk)[0]))[id(pk.attach[2])]
+    op = ops.dense(32, 128, 64, bias=True, act="gelu")
+    loose = SearchSpace(op.outputs, HW2, SearchParams(pack_max_repeat=10**9))
+    strict = SearchSpace(op.outputs, HW2, SearchParams(pack_max_repeat=1))
+    rng = random.Random(1)
+    first = len(loose.sketches) // 2
+    trace = next(tr for sch, tr in (loose.apply(first + n % 3, RandomDecider(rng)) for n in range(200))
+                 if repeat(sch) > 1)
+    assert str(tlmir.lower(strict.replay(trace), op.args)) == str(tlmir.lower(loose.replay(trace), op.args))
+    for k in range(20):
+        sch, child = strict.mutate(trace, random.Random(k))
+        assert repeat(sch) == 1
+
+
 def test_pack_max_repeat_is_validated():
     from tlmir.errors import ScheduleError
     from tlmir.runtime.target import SearchParams

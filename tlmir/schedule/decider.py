@@ -73,7 +73,11 @@ class Decider:
     def tile(self, question: str, extent: int, parts: int, max_innermost: int) -> tuple[int, ...]:
         return self.choice(question, factorizations(extent, parts, max_innermost))
 
-    def choice(self, question: str, options: Sequence) -> Any:
+    def choice(self, question: str, options: Sequence, replayable: Sequence = ()) -> Any:
+        """One answer among `options`. `replayable`: answers a recorded trace may give
+        although the space no longer offers them to new decisions (a limit added after the
+        trace was recorded, such as SearchParams.pack_max_repeat); only ReplayDecider
+        accepts them."""
         if not options:
             raise ScheduleError(f"question {question!r} has no valid answer")
         answer = self._decide(question, list(options))
@@ -102,12 +106,17 @@ class ReplayDecider(Decider):
         super().__init__()
         self.recorded = trace.answers()
         self.trace = trace
+        self._replayable: Sequence = ()
+
+    def choice(self, question: str, options: Sequence, replayable: Sequence = ()) -> Any:
+        self._replayable = replayable
+        return super().choice(question, options)
 
     def _decide(self, question: str, options: list) -> Any:
         if question not in self.recorded:
             raise ScheduleError(f"trace has no answer for question {question!r} (sketch {self.trace.sketch})")
         answer = self.recorded[question]
-        if answer not in options:
+        if answer not in options and answer not in self._replayable:
             raise ScheduleError(f"trace answer {answer!r} for {question!r} is not a valid option")
         return answer
 
