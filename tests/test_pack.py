@@ -147,24 +147,26 @@ def test_pack_repeats_count_loops_over_axes_the_pack_does_not_use(i_outer):
     assert [rep[id(iv)] for iv in reader.leaf_iter_vars] == [16, 16, 16]  # D's i, j, k
 
 
+def w_pack_repeat(sch) -> int:
+    """How many times `sch` copies each element of W into W.pack per call (1 at root)."""
+    from tlmir.schedule.packing import pack_repeats
+    from tlmir.schedule.space import _attach_chain
+    pk = sch.stage("W.pack")
+    if pk.attach[0] != "at":
+        return 1
+    return pack_repeats(pk.op.output(), _attach_chain(sch.readers_of(pk)[0]))[id(pk.attach[2])]
+
+
 @pytest.mark.parametrize("limit", [1, 2, 10**9])
 def test_pack_locations_that_copy_too_often_are_not_offered(limit):
     """Random dense traces never put W.pack where it is copied more than pack_max_repeat
     times per call; without the limit such places are most of the options."""
     from tlmir.runtime.target import SearchParams
-    from tlmir.schedule.packing import pack_repeats
-    from tlmir.schedule.space import _attach_chain
     op = ops.dense(32, 128, 64, bias=True, act="gelu")
     space = SearchSpace(op.outputs, HW2, SearchParams(pack_max_repeat=limit))
     first = len(space.sketches) // 2
     rng = random.Random(5)
-    worst = 0
-    for n in range(60):
-        sch, trace = space.apply(first + n % 3, RandomDecider(rng))
-        pk = sch.stage("W.pack")
-        if pk.attach[0] == "at":
-            rep = pack_repeats(pk.op.output(), _attach_chain(sch.readers_of(pk)[0]))
-            worst = max(worst, rep[id(pk.attach[2])])
+    worst = max(w_pack_repeat(space.apply(first + n % 3, RandomDecider(rng))[0]) for n in range(60))
     assert worst <= limit
     if limit > 2:
         assert worst > 2
@@ -174,25 +176,17 @@ def test_traces_over_a_lowered_pack_limit_still_replay_but_are_not_drawn():
     """A trace recorded when the limit was higher replays to the same program (records of
     older runs stay usable); mutating it draws an allowed location instead."""
     from tlmir.runtime.target import SearchParams
-    from tlmir.schedule.packing import pack_repeats
-    from tlmir.schedule.space import _attach_chain
-
-    def repeat(sch):
-        pk = sch.stage("W.pack")
-        if pk.attach[0] != "at":
-            return 1
-        return pack_repeats(pk.op.output(), _attach_chain(sch.readers_of(pk)[0]))[id(pk.attach[2])]
     op = ops.dense(32, 128, 64, bias=True, act="gelu")
     loose = SearchSpace(op.outputs, HW2, SearchParams(pack_max_repeat=10**9))
     strict = SearchSpace(op.outputs, HW2, SearchParams(pack_max_repeat=1))
     rng = random.Random(1)
     first = len(loose.sketches) // 2
     trace = next(tr for sch, tr in (loose.apply(first + n % 3, RandomDecider(rng)) for n in range(200))
-                 if repeat(sch) > 1)
+                 if w_pack_repeat(sch) > 1)
     assert str(tlmir.lower(strict.replay(trace), op.args)) == str(tlmir.lower(loose.replay(trace), op.args))
     for k in range(20):
         sch, child = strict.mutate(trace, random.Random(k))
-        assert repeat(sch) == 1
+        assert w_pack_repeat(sch) == 1
 
 
 def test_pack_max_repeat_is_validated():

@@ -76,8 +76,8 @@ class Decider:
     def choice(self, question: str, options: Sequence, replayable: Sequence = ()) -> Any:
         """One answer among `options`. `replayable`: answers a recorded trace may give
         although the space no longer offers them to new decisions (a limit added after the
-        trace was recorded, such as SearchParams.pack_max_repeat); only ReplayDecider
-        accepts them."""
+        trace was recorded, such as SearchParams.pack_max_repeat); only a plain replay
+        accepts them (MutateDecider redraws such an answer among `options`)."""
         if not options:
             raise ScheduleError(f"question {question!r} has no valid answer")
         answer = self._decide(question, list(options))

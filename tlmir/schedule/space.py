@@ -257,21 +257,20 @@ class _Builder:
         if not st.op.reduce_axis and st.name not in self.packs:  # an inlined pack = no pack
             options.append("inline")
         loops: dict[str, tuple] = {}
-        too_often: dict[str, tuple] = {}  # pack locations over the limit: replayed, never offered
+        too_often: list[str] = []  # pack locations over the limit: replayed, never offered
         if st.name in self.packs:
             loops = _enclosing_loops(readers[0])
             repeats = pack_repeats(st.op.output(), _attach_chain(readers[0]))
-            too_often = {k: v for k, v in loops.items() if repeats[id(v[1])] > self.sp.pack_max_repeat}
-            loops = {k: v for k, v in loops.items() if k not in too_often}
+            too_often = [k for k, v in loops.items() if repeats[id(v[1])] > self.sp.pack_max_repeat]
         elif len(readers) == 1 and readers[0].attach[0] != "inline":
             loops = _loops_of(readers[0])
         elif len(readers) > 1:
             loops = _common_parent_loops(readers)
-        where = self.ask.choice(f"at {st.name}", options + list(loops), list(too_often))
+        where = self.ask.choice(f"at {st.name}", options + [k for k in loops if k not in too_often], too_often)
         if where == "inline":
             st.compute_inline()
         elif where != "root":
-            st.compute_at(*(loops.get(where) or too_often[where]))
+            st.compute_at(*loops[where])
 
     def _parallel(self, st: Stage) -> None:
         loops = st.leaf_iter_vars
