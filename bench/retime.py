@@ -21,18 +21,18 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # numpy is a single-thread b
 from search import WORKLOADS  # noqa: E402  (bench/search.py)
 from tlmir.evaluate import program_timer  # noqa: E402
 from tlmir.ops.baselines import baseline_times_isolated  # noqa: E402
-from tlmir.runtime.records import RecordDB  # noqa: E402
+from tlmir.runtime.records import RecordDB, best_of  # noqa: E402
 from tlmir.runtime.target import host_hardware  # noqa: E402
 from tlmir.runtime.task import Task  # noqa: E402
 
 
 def best_trace(path: str, task: Task) -> str:
-    """The trace of the fastest successful record of `task` on this machine in `path`."""
+    """The trace of the best program of `task` on this machine in `path`, as tune chooses it."""
     with RecordDB(path) as db:
-        best = db.best(task.key, host_hardware().key)
+        best = best_of(db.records(task.key, host_hardware().key))
     if not best:
         raise SystemExit(f"{path}: no successful record of {task.name} on this machine")
-    return best[0].trace
+    return best[0]
 
 
 def main() -> None:

@@ -31,7 +31,7 @@ from tlmir import ops  # noqa: E402
 from tlmir.codegen_cpu import compile_func  # noqa: E402
 from tlmir.evaluate import program_timer  # noqa: E402
 from tlmir.ops.baselines import baseline_times_isolated  # noqa: E402
-from tlmir.runtime.records import RecordDB  # noqa: E402
+from tlmir.runtime.records import RecordDB, best_of  # noqa: E402
 from tlmir.runtime.target import SearchParams, host_hardware  # noqa: E402
 from tlmir.runtime.task import Task  # noqa: E402
 from tlmir.schedule.lower import lower  # noqa: E402
@@ -60,9 +60,11 @@ def tune_all(budgets, strategies, db_dir, workloads, seed: int = 0, sp: SearchPa
 
 
 def best_after(db: RecordDB, task: Task, hw_key: str, k: int):
+    """(trace of the best program after the first k records, or None; records counted):
+    chosen as tune chooses it (tlmir.runtime.records.best_of)."""
     recs = db.records(task.key, hw_key)[:k]
-    ok = [r for r in recs if r.ok]
-    return (min(ok, key=lambda r: r.best), len(recs)) if ok else (None, len(recs))
+    best = best_of(recs)
+    return (best[0] if best else None), len(recs)
 
 
 def space_throughput(op, seconds: float = 3.0) -> dict:
@@ -100,9 +102,9 @@ def report(budgets, strategies, db_dir, workloads, rounds: int = 3, tries: int =
             if os.path.exists(path):
                 with RecordDB(path) as db:
                     for k in budgets:
-                        rec, n = best_after(db, task, hw_key, k)
-                        if rec is not None and n >= k:
-                            best[f"{strategy}{k}"] = rec.trace
+                        trace, n = best_after(db, task, hw_key, k)
+                        if trace is not None and n >= k:
+                            best[f"{strategy}{k}"] = trace
         timers = {key: program_timer(task, trace) for key, trace in best.items()}
         samples: dict[str, list[float]] = {}
         for _ in range(rounds):

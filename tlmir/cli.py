@@ -151,21 +151,23 @@ def cmd_workloads(args) -> None:
 
 
 def cmd_show_db(args) -> None:
-    from .runtime.records import RecordDB
+    from .runtime.records import RecordDB, best_of, confirmed_times
     from .schedule.decider import Trace
     with RecordDB(args.db) as db:
         for task_key, name, hw_key, n, best in db.tasks():
             if best is None:
                 print(f"{name}: {n} records, none succeeded")
                 continue
-            rec = db.best(task_key, hw_key)[0]
-            print(f"# {name} (key {task_key}, {hw_key}): best {best * 1e3:.4f} ms of {n} records")
-            print(f"trace: {Trace.from_json(rec.trace)}")
+            records = db.records(task_key, hw_key)
+            trace, seconds = best_of(records)
+            how = "median of its re-measurements" if confirmed_times(records) else "fastest record"
+            print(f"# {name} (key {task_key}, {hw_key}): best {seconds * 1e3:.4f} ms ({how}) of {n} records")
+            print(f"trace: {Trace.from_json(trace)}")
             if args.best:
-                _show_best_program(task_key, rec, op_from_args(args) if args.op else None)
+                _show_best_program(task_key, trace, op_from_args(args) if args.op else None)
 
 
-def _show_best_program(task_key: str, rec, op=None) -> None:
+def _show_best_program(task_key: str, trace: str, op=None) -> None:
     """The best schedule as Python and as loop IR; the task is found by key among the
     workloads or given with --op."""
     from .runtime.task import Task
@@ -177,7 +179,7 @@ def _show_best_program(task_key: str, rec, op=None) -> None:
     candidates += (t for net in NETWORKS for t, _ in network_tasks(net))
     for task in candidates:
         if task.key == task_key:
-            s = SearchSpace(task.outputs).replay(Trace.from_json(rec.trace))
+            s = SearchSpace(task.outputs).replay(Trace.from_json(trace))
             print("# schedule\n" + "\n".join(map(str, s.history)))
             print(f"# lowered\n{lower(s, task.args, 'best')}\n")
             return

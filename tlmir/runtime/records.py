@@ -20,6 +20,7 @@ import json
 import math
 import os
 import sqlite3
+import statistics
 import threading
 import time
 from dataclasses import dataclass, field, fields
@@ -162,6 +163,35 @@ class Record:
             raise RecordError(f"record is missing {missing}")
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
+
+
+CONFIRM = "confirm"  # strategy of the re-measurements with which tune chooses its best program
+
+
+def confirmed_times(records: list[Record]) -> dict[str, list[float]]:
+    """trace -> its re-measured times, from the confirmation records that follow the last
+    search record (empty when the records end in search measurements: a search that went on
+    after a confirmation may have found something faster)."""
+    out: dict[str, list[float]] = {}
+    for r in records:
+        if r.strategy != CONFIRM:
+            out = {}
+        elif r.ok:
+            out.setdefault(r.trace, []).append(r.best)
+    return out
+
+
+def best_of(records: list[Record]) -> tuple[str, float] | None:
+    """(trace, seconds) of the best program in one task's `records` (insertion order): the
+    lowest median re-measured time when a confirmation ends them, else the fastest record."""
+    confirmed = confirmed_times(records)
+    if confirmed:
+        return min(((t, statistics.median(v)) for t, v in confirmed.items()), key=lambda x: x[1])
+    ok = [r for r in records if r.ok and r.strategy != CONFIRM]
+    if not ok:
+        return None
+    r = min(ok, key=lambda r: r.best)
+    return r.trace, r.best
 
 
 class RecordDB:

@@ -58,6 +58,9 @@ class SearchParams:
     tile_mutation: str = "move"        # "move": one factor between two levels (Ansor); "redraw": any tile
     evolution_iters: int = 4
     cutoff_factor: float = 5.0         # candidates this much slower than the best are timed once
+    confirm_top: int = 8               # tune: the best this many programs are measured again at the
+    confirm_rounds: int = 3            # end, this many times each, in turns, and the best is chosen by
+    confirm_min_trials: int = 256      # the median (from this many trials; the re-measurements count)
     scheduler_optimism: float = 0.2    # task scheduler: weight of the untried-potential term
     tlm_temperature: float = 1.0       # sampling temperature of the tlm strategies (first program: greedy)
 

@@ -1,0 +1,69 @@
+"""Choosing the best program by re-measuring the fastest few (tune's confirmation)."""
+import json
+import statistics
+
+import pytest
+
+from tlmir import ops
+from tlmir.runtime.records import CONFIRM, Record, RecordDB, best_of, confirmed_times
+from tlmir.runtime.target import SearchParams
+from tlmir.runtime.task import Task
+from tlmir.search.tune import tune
+
+CONFIRMING = SearchParams(population=16, measures_per_round=8, evolution_iters=2,
+                          confirm_top=2, confirm_rounds=2, confirm_min_trials=1)
+
+
+def _rec(trace: int, seconds: float, strategy: str = "random") -> Record:
+    return Record("k" * 16, "t", "hw", json.dumps({"sketch": 0, "decisions": [["x", trace]]}),
+                  [seconds], strategy=strategy)
+
+
+def test_best_of_takes_the_lowest_median_of_a_confirmation_that_ends_the_records():
+    recs = [_rec(1, 1.0), _rec(2, 2.0), _rec(3, 0.5)]
+    assert best_of(recs) == (recs[2].trace, 0.5)  # no confirmation: the fastest record
+    confirm = [_rec(3, 0.9, CONFIRM), _rec(1, 0.8, CONFIRM), _rec(3, 0.7, CONFIRM),
+               _rec(1, 0.85, CONFIRM), _rec(3, 1.2, CONFIRM), _rec(1, 0.75, CONFIRM)]
+    assert best_of(recs + confirm) == (recs[0].trace, pytest.approx(0.8))  # 0.8 < median 0.9
+    # the search went on after the confirmation: its times are not comparable any more
+    assert best_of(recs + confirm + [_rec(4, 0.95)]) == (recs[2].trace, 0.5)
+    assert confirmed_times(recs + confirm + [_rec(4, 0.95)]) == {}
+    assert best_of([]) is None
+
+
+def test_tune_spends_the_end_of_its_budget_re_measuring_its_best_programs(tmp_path):
+    task = Task.from_op(ops.matmul(64, 64, 64))
+    db = str(tmp_path / "r.db")
+    res = tune(task, trials=12, strategy="evolutionary", db=db, sp=CONFIRMING, progress=False)
+    assert res.measurements == 12
+    with RecordDB(db) as rdb:
+        recs = rdb.records(task.key)
+    search, confirm = recs[:8], recs[8:]
+    assert all(r.strategy == "evolutionary" for r in search) and all(r.strategy == CONFIRM for r in confirm)
+    fastest = []
+    for r in sorted((r for r in search if r.ok), key=lambda r: r.best):
+        if r.trace not in fastest:
+            fastest.append(r.trace)
+    assert [r.trace for r in confirm] == fastest[:2] * 2  # in turns, the fastest two
+    medians = {t: statistics.median(v) for t, v in confirmed_times(recs).items()}
+    winner = min(medians, key=medians.get)
+    assert res.best_trace.to_json() == winner and res.best_seconds == pytest.approx(medians[winner])
+    again = tune(task, trials=12, strategy="evolutionary", db=db, sp=CONFIRMING, progress=False)
+    assert again.measurements == 12 and again.best_trace.to_json() == winner  # resumed: nothing to do
+
+
+def test_a_confirmation_cut_short_goes_on_where_it_stopped(tmp_path):
+    task = Task.from_op(ops.matmul(32, 32, 32))
+    db = str(tmp_path / "r.db")
+    plain = SearchParams(population=16, measures_per_round=8, evolution_iters=2)
+    tune(task, trials=8, strategy="random", db=db, sp=plain, progress=False)
+    with RecordDB(db) as rdb:
+        recs = rdb.records(task.key)
+        first = min((r for r in recs if r.ok), key=lambda r: r.best)
+        rdb.append(Record(task.key, task.name, first.hw_key, first.trace, [first.best], strategy=CONFIRM))
+    res = tune(task, trials=12, strategy="random", db=db, sp=CONFIRMING, progress=False)
+    with RecordDB(db) as rdb:
+        recs = rdb.records(task.key)
+    assert res.measurements == 12 and len(recs) == 12
+    assert [r.strategy for r in recs[8:]] == [CONFIRM] * 4  # no new search measurement
+    assert recs[10].trace == first.trace and recs[9].trace == recs[11].trace != first.trace
