@@ -48,6 +48,7 @@ def test_tune_spends_the_end_of_its_budget_re_measuring_its_best_programs(tmp_pa
     medians = {t: statistics.median(v) for t, v in confirmed_times(recs).items()}
     winner = min(medians, key=medians.get)
     assert res.best_trace.to_json() == winner and res.best_seconds == pytest.approx(medians[winner])
+    assert res.confirmed and res.to_dict()["confirmed"]
     again = tune(task, trials=12, strategy="evolutionary", db=db, sp=CONFIRMING, progress=False)
     assert again.measurements == 12 and again.best_trace.to_json() == winner  # resumed: nothing to do
 

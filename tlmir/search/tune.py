@@ -31,6 +31,7 @@ class TuneResult:
     curve: list = field(default_factory=list)  # (measurements, best seconds so far)
     wall_seconds: float = 0.0
     space: SearchSpace | None = None
+    confirmed: bool = False  # best_seconds is the median of a confirmation, not one record's
 
     @property
     def gflops(self) -> float:
@@ -50,7 +51,7 @@ class TuneResult:
         return {"name": self.task.name, "key": self.task.key, "flops": self.task.flops,
                 "best_seconds": self.best_seconds if self.best_trace else None,
                 "gflops": self.gflops, "measurements": self.measurements, "failures": self.failures,
-                "wall_seconds": self.wall_seconds,
+                "wall_seconds": self.wall_seconds, "confirmed": self.confirmed,
                 "trace": self.best_trace.to_json() if self.best_trace else None}
 
 
@@ -143,6 +144,7 @@ class TaskTuner:
         best = best_of(records) if records and records[-1].strategy == CONFIRM else None
         if best is not None:
             self.result.best_trace, self.result.best_seconds = Trace.from_json(best[0]), best[1]
+            self.result.confirmed = True
 
     def confirm(self, budget: int, progress: Progress | None = None) -> None:
         """Measure the `confirm_top` fastest programs again, `confirm_rounds` times each and in
