@@ -131,6 +131,7 @@ class TaskTuner:
         self._take_confirmed(records)
 
     def _account(self, trace: Trace, seconds: float | None, searched: bool = True) -> None:
+        """One more measurement; `searched`=False for a confirmation's (not a failure when None)."""
         r = self.result
         r.measurements += 1
         if seconds is None:
@@ -164,7 +165,7 @@ class TaskTuner:
             if len(top) == self.sp.confirm_top:
                 break
         plan = (top * self.sp.confirm_rounds)[done:][:budget]
-        for k, text in enumerate(plan):
+        for text in plan:
             trace = Trace.from_json(text)
             cand = make_candidate(self.space, self.task.args, self.space.apply(trace.sketch, ReplayDecider(trace)))
             rec = measure_candidate(self.measurer, self.task, cand, math.inf, self.hw, self.sp, CONFIRM,
