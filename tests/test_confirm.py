@@ -68,3 +68,16 @@ def test_a_confirmation_cut_short_goes_on_where_it_stopped(tmp_path):
     assert res.measurements == 12 and len(recs) == 12
     assert [r.strategy for r in recs[8:]] == [CONFIRM] * 4  # no new search measurement
     assert recs[10].trace == first.trace and recs[9].trace == recs[11].trace != first.trace
+
+
+def test_a_confirmation_whose_re_measurements_all_failed_confirms_nothing(tmp_path):
+    task = Task.from_op(ops.matmul(32, 32, 32))
+    db = str(tmp_path / "r.db")
+    plain = SearchParams(population=16, measures_per_round=8, evolution_iters=2)
+    tune(task, trials=8, strategy="random", db=db, sp=plain, progress=False)
+    with RecordDB(db) as rdb:
+        first = min((r for r in rdb.records(task.key) if r.ok), key=lambda r: r.best)
+        rdb.append(Record(task.key, task.name, first.hw_key, first.trace, error="crashed", strategy=CONFIRM))
+    res = tune(task, trials=9, strategy="random", db=db, sp=CONFIRMING, progress=False)
+    assert res.measurements == 9 and not res.confirmed  # the fastest record, not a median
+    assert res.best_trace.to_json() == first.trace and res.best_seconds == pytest.approx(first.best)

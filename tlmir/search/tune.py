@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..errors import TlmirError
-from ..runtime.records import CONFIRM, Record, RecordDB, best_of
+from ..runtime.records import CONFIRM, Record, RecordDB, best_of, confirmed_times
 from ..runtime.target import HardwareParams, SearchParams, host_hardware
 from ..runtime.task import Task
 from ..schedule.decider import ReplayDecider, Trace
@@ -141,10 +141,11 @@ class TaskTuner:
         r.curve.append((r.measurements, r.best_seconds))
 
     def _take_confirmed(self, records: list[Record]) -> None:
-        """Make the confirmed best (records.best_of) the result, if a confirmation ends `records`."""
-        best = best_of(records) if records and records[-1].strategy == CONFIRM else None
-        if best is not None:
-            self.result.best_trace, self.result.best_seconds = Trace.from_json(best[0]), best[1]
+        """Make the confirmed best (records.best_of) the result, if a confirmation with a
+        successful re-measurement ends `records`."""
+        if confirmed_times(records):
+            trace, seconds = best_of(records)
+            self.result.best_trace, self.result.best_seconds = Trace.from_json(trace), seconds
             self.result.confirmed = True
 
     def confirm(self, budget: int, progress: Progress | None = None) -> None:
