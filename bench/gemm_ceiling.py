@@ -132,7 +132,7 @@ def gemm_ir(copy: bool, prefetch: bool) -> str:
     return "\n".join(lines)
 
 
-def compile_ir(text: str, argtypes: list) -> tuple:
+def compile_ir(text: str, argtypes: list, restype=None) -> tuple:
     """(engine, function `run`): the engine owns the code and must be kept alive."""
     mod = llvm.parse_assembly(text)
     mod.verify()
@@ -140,8 +140,7 @@ def compile_ir(text: str, argtypes: list) -> tuple:
     pb.getModulePassManager().run(mod, pb)
     engine = llvm.create_mcjit_compiler(mod, _new_target_machine())  # MCJIT owns its machine
     engine.finalize_object()
-    ret = ctypes.c_float if "define float" in text else None
-    return engine, ctypes.CFUNCTYPE(ret, *argtypes)(engine.get_function_address("run"))
+    return engine, ctypes.CFUNCTYPE(restype, *argtypes)(engine.get_function_address("run"))
 
 
 def aligned(n: int) -> np.ndarray:
@@ -161,7 +160,7 @@ def main() -> None:
     X[:], W[:], Wsrc[:] = rng.random(X.size), rng.random(W.size), rng.random(Wsrc.size)
     ptrs = [arr.ctypes.data for arr in (X, Wsrc, W, O)]
     runs, keep = {}, []
-    eng, peak = compile_ir(peak_ir(), [ctypes.c_int64, ctypes.c_float, ctypes.c_float])
+    eng, peak = compile_ir(peak_ir(), [ctypes.c_int64, ctypes.c_float, ctypes.c_float], ctypes.c_float)
     keep.append(eng)
     n_peak = 10_000_000
     runs["fma peak"] = (lambda: peak(n_peak, 0.999, 0.001), n_peak * CHAINS * 32)
