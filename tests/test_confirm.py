@@ -53,15 +53,23 @@ def test_tune_spends_the_end_of_its_budget_re_measuring_its_best_programs(tmp_pa
     assert again.measurements == 12 and again.best_trace.to_json() == winner  # resumed: nothing to do
 
 
-def test_a_confirmation_cut_short_goes_on_where_it_stopped(tmp_path):
+def _searched_then_one_confirm_record(tmp_path, **fields) -> tuple:
+    """(task, db path, fastest search record): 8 random measurements of a small matmul, then
+    one confirmation record of the fastest (`fields`: its seconds or error), as a tuner killed
+    during its confirmation leaves them."""
     task = Task.from_op(ops.matmul(32, 32, 32))
     db = str(tmp_path / "r.db")
     plain = SearchParams(population=16, measures_per_round=8, evolution_iters=2)
     tune(task, trials=8, strategy="random", db=db, sp=plain, progress=False)
     with RecordDB(db) as rdb:
-        recs = rdb.records(task.key)
-        first = min((r for r in recs if r.ok), key=lambda r: r.best)
-        rdb.append(Record(task.key, task.name, first.hw_key, first.trace, [first.best], strategy=CONFIRM))
+        first = min((r for r in rdb.records(task.key) if r.ok), key=lambda r: r.best)
+        rdb.append(Record(task.key, task.name, first.hw_key, first.trace, strategy=CONFIRM,
+                          **(fields or {"seconds": [first.best]})))
+    return task, db, first
+
+
+def test_a_confirmation_cut_short_goes_on_where_it_stopped(tmp_path):
+    task, db, first = _searched_then_one_confirm_record(tmp_path)
     res = tune(task, trials=12, strategy="random", db=db, sp=CONFIRMING, progress=False)
     with RecordDB(db) as rdb:
         recs = rdb.records(task.key)
@@ -71,13 +79,7 @@ def test_a_confirmation_cut_short_goes_on_where_it_stopped(tmp_path):
 
 
 def test_a_confirmation_whose_re_measurements_all_failed_confirms_nothing(tmp_path):
-    task = Task.from_op(ops.matmul(32, 32, 32))
-    db = str(tmp_path / "r.db")
-    plain = SearchParams(population=16, measures_per_round=8, evolution_iters=2)
-    tune(task, trials=8, strategy="random", db=db, sp=plain, progress=False)
-    with RecordDB(db) as rdb:
-        first = min((r for r in rdb.records(task.key) if r.ok), key=lambda r: r.best)
-        rdb.append(Record(task.key, task.name, first.hw_key, first.trace, error="crashed", strategy=CONFIRM))
+    task, db, first = _searched_then_one_confirm_record(tmp_path, error="crashed")
     res = tune(task, trials=9, strategy="random", db=db, sp=CONFIRMING, progress=False)
     assert res.measurements == 9 and not res.confirmed  # the fastest record, not a median
     assert res.best_trace.to_json() == first.trace and res.best_seconds == pytest.approx(first.best)
