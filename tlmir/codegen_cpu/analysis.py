@@ -89,7 +89,7 @@ def captures(s: S.Stmt, vars_: dict, bufs: dict) -> tuple[list[E.Var], list[S.Bu
     seen_v: dict[int, E.Var] = {}
     seen_b: dict[int, S.Buffer] = {}
     for st in S.walk_stmt(s):
-        if isinstance(st, S.Store) and st.buffer in bufs:
+        if isinstance(st, (S.Store, S.Prefetch)) and st.buffer in bufs:
             seen_b.setdefault(id(st.buffer), st.buffer)
         for root in S.stmt_exprs(st):
             for n in E.walk(root):

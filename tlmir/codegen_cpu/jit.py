@@ -16,6 +16,7 @@ from ..errors import ArgumentError, BuildError
 from ..ir.stmt import PrimFunc
 from .analysis import stored_buffers
 from .llvm_ir import emit_module
+from .prefetch import add_prefetches
 from .parallel import default_num_threads, have_openmp, register_runtime_symbols, usable_threads
 
 
@@ -128,7 +129,7 @@ class Kernel:
 def compile_func(func: PrimFunc) -> Kernel:
     """PrimFunc -> optimised native Kernel for this host. Raises BuildError naming `func`."""
     _init_llvm()
-    text = emit_module(func, openmp=have_openmp())
+    text = emit_module(add_prefetches(func), openmp=have_openmp())
     tm = _target_machine()
     try:
         mod = llvm.parse_assembly(text)

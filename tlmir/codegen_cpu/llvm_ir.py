@@ -28,6 +28,7 @@ from .exprs import I32, I64, PTR, VOID, ExprEmitter, Lanes, ModuleContext, elem_
 
 ALLOCA_LIMIT = 256 * 1024  # bytes; larger local buffers go to the heap, not the stack
 HEAP_ALIGN = 64
+PREFETCH_LOCALITY = 2  # llvm.prefetch locality 2: prefetcht1, into L2 (docs/benchmarks.md, session 12)
 MAX_VECTOR_CHUNKS = 4  # vectorized extents above this many hint-wide vectors are strip-mined
 
 
@@ -64,6 +65,8 @@ class FuncEmitter(ExprEmitter):
         elif isinstance(s, S.Barrier):
             raise BuildError(f"{self.fname}: barrier({s.scope}) synchronises GPU threads; "
                              "the CPU backend cannot run it")
+        elif isinstance(s, S.Prefetch):
+            self._prefetch(s)
         else:
             raise BuildError(f"{self.fname}: cannot generate code for statement {type(s).__name__}")
 
@@ -92,6 +95,15 @@ class FuncEmitter(ExprEmitter):
         else:
             ptrs = self.gep(self.splat(ptr, n), self.splat(self.index(s.index), n), dt)
             self.masked("scatter", [val, ptrs, self.const(True, "bool", n)], VOID, align)
+
+    def _prefetch(self, s: S.Prefetch) -> None:
+        """llvm.prefetch (read, into L2): the address is not `inbounds`, it may lie past the end."""
+        if self.lanes is not None:  # inside a vector body: lane 0's line
+            with self.scalar_view():
+                return self._prefetch(s)
+        p = self.gep(self.buffer(s.buffer), self.index(s.index), s.buffer.dtype, inbounds=False)
+        fn = self.mod.declare("llvm.prefetch.p0", VOID, [PTR, I32, I32, I32])
+        self.b.call(fn, [p, ir.Constant(I32, 0), ir.Constant(I32, PREFETCH_LOCALITY), ir.Constant(I32, 1)])
 
     def _if(self, s: S.IfThenElse) -> None:
         cond = self.to_bool(s.cond)  # lane-invariant inside vector bodies (can_vectorize)

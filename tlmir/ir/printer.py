@@ -84,6 +84,8 @@ def stmt_str(s: S.Stmt, indent: int = 0, names: dict | None = None) -> str:
         return out
     if isinstance(s, S.Barrier):
         return f"{pad}barrier({s.scope})"
+    if isinstance(s, S.Prefetch):
+        return f"{pad}prefetch({s.buffer.name}[{ex(s.index)}])"
     return f"{pad}<{type(s).__name__}>"
 
 

@@ -95,6 +95,14 @@ class Barrier(Stmt):
     scope: str = "shared"
 
 
+@dataclass(eq=False)
+class Prefetch(Stmt):
+    """Ask the cache for the line holding `buffer[index]`; values are unaffected. The index
+    may fall outside the buffer: a prefetch never faults (the next panel after the last)."""
+    buffer: Buffer
+    index: Expr
+
+
 def seq(*stmts: Stmt | None) -> Stmt:
     """A Seq with nested Seqs flattened and Nones dropped; a single statement stays itself."""
     out: list[Stmt] = []
@@ -133,6 +141,8 @@ def stmt_exprs(s: Stmt) -> tuple[Expr, ...]:
         return (s.index, s.value)
     if isinstance(s, IfThenElse):
         return (s.cond,)
+    if isinstance(s, Prefetch):
+        return (s.index,)
     return ()
 
 

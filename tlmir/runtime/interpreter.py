@@ -285,6 +285,8 @@ class _Codegen:
             out.append(pad + ("yield  # barrier" if ctx is not None else "pass  # barrier"))
         elif isinstance(s, S.For):
             self.loop(s, out, ind, depth, ctx)
+        elif isinstance(s, S.Prefetch):
+            out.append(pad + "pass  # prefetch")
         else:
             raise BuildError(f"interpreter: unknown statement {type(s).__name__}")
 
