@@ -21,6 +21,7 @@ import math
 from ..ir import arith
 from ..ir import expr as E
 from ..ir import stmt as S
+from .analysis import depends
 from .exprs import elem_size
 
 LINE_BYTES = 64  # cache line
@@ -96,7 +97,7 @@ def _next_region(item: S.Stmt, loop: S.For, local: set[int], args: set[int]):
     if not loops or not isinstance(s, S.Store) or not isinstance(s.value, E.Load):
         return None
     src, idx = s.value.buffer, s.value.index
-    if id(s.buffer) not in local or id(src) not in args or not _uses(idx, loop.var):
+    if id(s.buffer) not in local or id(src) not in args or not depends(idx, loop.var):
         return None
     dims = []
     for f in loops:
@@ -113,10 +114,6 @@ def _next_region(item: S.Stmt, loop: S.For, local: set[int], args: set[int]):
         while dims and dims[0][0] == run:
             run *= dims.pop(0)[1]
     return src, base, [(n, c) for c, n in reversed(dims)], run
-
-
-def _uses(e: E.Expr, var: E.Var) -> bool:
-    return any(n is var for n in E.walk(e))
 
 
 def _work(s: S.Stmt) -> int:
