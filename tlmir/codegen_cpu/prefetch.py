@@ -36,26 +36,8 @@ REUSE_LIMIT = 256  # prefetch a pack only where its consumer nest runs at most t
 def add_prefetches(func: S.PrimFunc) -> S.PrimFunc:
     """`func` with prefetches of every pack's next panel (the same object when none apply)."""
     args = {id(b) for b in func.args}
-    body = _visit(func.body, args)
+    body = S.map_stmt(func.body, lambda s: _prefetch_in(s, args) if isinstance(s, S.For) else None)
     return func if body is func.body else S.PrimFunc(func.name, func.args, body)
-
-
-def _visit(s: S.Stmt, args: set[int]) -> S.Stmt:
-    if isinstance(s, S.For):
-        body = _visit(s.body, args)
-        loop = s if body is s.body else S.For(s.var, s.min, s.extent, s.kind, body, s.thread_tag)
-        return _prefetch_in(loop, args)
-    if isinstance(s, S.Allocate):
-        body = _visit(s.body, args)
-        return s if body is s.body else S.Allocate(s.buffer, body)
-    if isinstance(s, S.Seq):
-        parts = [_visit(c, args) for c in s.stmts]
-        return s if all(a is b for a, b in zip(parts, s.stmts)) else S.Seq(parts)
-    if isinstance(s, S.IfThenElse):
-        then = _visit(s.then, args)
-        orelse = None if s.orelse is None else _visit(s.orelse, args)
-        return s if (then is s.then and orelse is s.orelse) else S.IfThenElse(s.cond, then, orelse)
-    return s
 
 
 def _prefetch_in(loop: S.For, args: set[int]) -> S.For:
@@ -187,10 +169,5 @@ def _point(n: E.Expr, base: E.Expr, outer: list, run_points: int, per_line: int)
 
 def _insert(s: S.Stmt, target: S.For, stmts: list) -> S.Stmt:
     """`s` with `stmts` put first in the body of loop `target` (found by identity)."""
-    if s is target:
-        return S.For(s.var, s.min, s.extent, s.kind, S.seq(*stmts, s.body), s.thread_tag)
-    if isinstance(s, S.For):
-        return S.For(s.var, s.min, s.extent, s.kind, _insert(s.body, target, stmts), s.thread_tag)
-    if isinstance(s, S.Seq):
-        return S.Seq([_insert(c, target, stmts) for c in s.stmts])
-    return s
+    return S.map_stmt(s, lambda n: S.For(n.var, n.min, n.extent, n.kind, S.seq(*stmts, n.body), n.thread_tag)
+                      if n is target else None)

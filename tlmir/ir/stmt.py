@@ -120,15 +120,26 @@ def walk_stmt(s: Stmt) -> Iterator[Stmt]:
 
 
 def map_stmt(s: Stmt, fn: Callable[[Stmt], Stmt | None]) -> Stmt:
-    """Rebuild bottom-up; `fn` returns a replacement or None to keep the node."""
+    """Rebuild bottom-up; `fn` returns a replacement or None to keep the node. A node whose
+    children all stay the same objects is kept itself, so `map_stmt(s, fn) is s` when `fn`
+    replaced nothing (and `fn` can find a node by identity)."""
     if isinstance(s, For):
-        s = For(s.var, s.min, s.extent, s.kind, map_stmt(s.body, fn), s.thread_tag)
+        body = map_stmt(s.body, fn)
+        if body is not s.body:
+            s = For(s.var, s.min, s.extent, s.kind, body, s.thread_tag)
     elif isinstance(s, Allocate):
-        s = Allocate(s.buffer, map_stmt(s.body, fn))
+        body = map_stmt(s.body, fn)
+        if body is not s.body:
+            s = Allocate(s.buffer, body)
     elif isinstance(s, IfThenElse):
-        s = IfThenElse(s.cond, map_stmt(s.then, fn), None if s.orelse is None else map_stmt(s.orelse, fn))
+        then = map_stmt(s.then, fn)
+        orelse = None if s.orelse is None else map_stmt(s.orelse, fn)
+        if then is not s.then or orelse is not s.orelse:
+            s = IfThenElse(s.cond, then, orelse)
     elif isinstance(s, Seq):
-        s = seq(*[map_stmt(c, fn) for c in s.stmts])
+        parts = [map_stmt(c, fn) for c in s.stmts]
+        if any(a is not b for a, b in zip(parts, s.stmts)):
+            s = seq(*parts)
     out = fn(s)
     return s if out is None else out
 
