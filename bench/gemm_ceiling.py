@@ -24,7 +24,7 @@ import time
 import llvmlite.binding as llvm
 import numpy as np
 
-from tlmir.codegen_cpu.jit import _init_llvm, _new_target_machine, _target_machine
+from tlmir.codegen_cpu.jit import _init_llvm, _new_target_machine, _optimize
 
 M, N, K = 128, 3072, 768
 ROWS, COLS, UNROLL = 8, 32, 4
@@ -136,8 +136,7 @@ def compile_ir(text: str, argtypes: list, restype=None) -> tuple:
     """(engine, function `run`): the engine owns the code and must be kept alive."""
     mod = llvm.parse_assembly(text)
     mod.verify()
-    pb = llvm.create_pass_builder(_target_machine(), llvm.create_pipeline_tuning_options(speed_level=3))
-    pb.getModulePassManager().run(mod, pb)
+    _optimize(mod)  # the pipeline compile_func runs
     engine = llvm.create_mcjit_compiler(mod, _new_target_machine())  # MCJIT owns its machine
     engine.finalize_object()
     return engine, ctypes.CFUNCTYPE(restype, *argtypes)(engine.get_function_address("run"))
