@@ -153,6 +153,7 @@ def main() -> None:
     p.add_argument("--local-share", type=float, help="SearchParams.local_share (default: its default)")
     p.add_argument("--population", type=int, help="SearchParams.population (default: its default)")
     p.add_argument("--sketch-share", type=float, help="SearchParams.sketch_share (default: its default)")
+    p.add_argument("--local-parents", type=int, help="SearchParams.local_parents (default: its default)")
     p.add_argument("--uniform-mutation", action="store_true",
                    help="SearchParams.mutation_weights=(): mutate every question alike (before session 8)")
     a = p.parse_args()
@@ -162,7 +163,7 @@ def main() -> None:
     strategies = a.strategies.split(",")
     os.makedirs(a.db_dir, exist_ok=True)
     if not a.report_only:
-        overrides = {k: getattr(a, k) for k in ("local_share", "population", "sketch_share")
+        overrides = {k: getattr(a, k) for k in ("local_share", "population", "sketch_share", "local_parents")
                      if getattr(a, k) is not None}
         if a.uniform_mutation:
             overrides["mutation_weights"] = ()
