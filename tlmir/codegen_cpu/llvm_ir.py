@@ -166,7 +166,7 @@ class FuncEmitter(ExprEmitter):
         elif s.kind == "unrolled" and n is not None:
             lo = self.index(s.min)
             for k in range(n):
-                self._bind(s.var, self.b.add(lo, ir.Constant(I64, k), flags=("nsw",)), s.body)
+                self.stmt_with(s.var, self.b.add(lo, ir.Constant(I64, k), flags=("nsw",)), s.body)
         elif s.kind == "vectorized" and n is not None and n > 1 and can_vectorize(s.body, s.var):
             self._vectorize(s, n)
         elif outlined:
@@ -174,9 +174,10 @@ class FuncEmitter(ExprEmitter):
         else:
             lo = self.index(s.min)
             hi = self.b.add(lo, self.index(s.extent), flags=("nsw",))
-            self.loop(lo, hi, lambda i: self._bind(s.var, i, s.body), s.var.name)
+            self.loop(lo, hi, lambda i: self.stmt_with(s.var, i, s.body), s.var.name)
 
-    def _bind(self, var: E.Var, value: ir.Value, body: S.Stmt) -> None:
+    def stmt_with(self, var: E.Var, value: ir.Value, body: S.Stmt) -> None:
+        """Emit `body` with `var` bound to `value` (loop bodies; the transposes reuse it)."""
         old = self.env.get(var)
         self.env[var] = value
         self.stmt(body)
@@ -295,7 +296,7 @@ class FuncEmitter(ExprEmitter):
         if tr is not None:  # the thread's rows of a transposing copy, blocked
             emit_transpose_nest(child, tr, bd.add(lo, begin, flags=("nsw",)), bd.sub(end, begin))
         else:
-            child.loop(begin, end, lambda i: child._bind(s.var, bd.add(lo, i, flags=("nsw",)), s.body),
+            child.loop(begin, end, lambda i: child.stmt_with(s.var, bd.add(lo, i, flags=("nsw",)), s.body),
                        s.var.name)
         child.finish()
 

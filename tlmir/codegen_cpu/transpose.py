@@ -125,7 +125,7 @@ def emit_transpose_nest(em, t: TransposeNest, a_lo: ir.Value | None = None,
     done_b = n_b // w * w
     if done_b < n_b:  # columns past the last whole block, for the rows the blocks covered
         edge = S.For(b, inner.min + E.const(done_b), E.const(n_b - done_b), inner.kind, st)
-        em.loop(a_lo, em.b.add(a_lo, done_a, flags=("nsw",)), lambda i: em._bind(a, i, edge), a.name)
+        em.loop(a_lo, em.b.add(a_lo, done_a, flags=("nsw",)), lambda i: em.stmt_with(a, i, edge), a.name)
     if fixed is None or fixed % w:  # rows past the last whole block, every column
         em.loop(em.b.add(a_lo, done_a, flags=("nsw",)), em.b.add(a_lo, n_a, flags=("nsw",)),
-                lambda i: em._bind(a, i, inner), a.name)
+                lambda i: em.stmt_with(a, i, inner), a.name)
