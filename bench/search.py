@@ -47,6 +47,9 @@ WORKLOADS = {
     "layernorm 128x768": lambda: ops.layernorm(128, 768),
 }
 
+# SearchParams fields that have a command-line flag here (--local-share etc.): (field, type)
+SEARCH_OVERRIDES = (("local_share", float), ("population", int), ("sketch_share", float), ("local_parents", int))
+
 
 def tune_all(budgets, strategies, db_dir, workloads, seed: int = 0, sp: SearchParams | None = None) -> None:
     for k in budgets:
@@ -150,10 +153,8 @@ def main() -> None:
     p.add_argument("--json")
     p.add_argument("--workloads", help="comma-separated name prefixes (default: all six)")
     p.add_argument("--seed", type=int, default=0, help="search seed (use a fresh --db-dir per seed)")
-    p.add_argument("--local-share", type=float, help="SearchParams.local_share (default: its default)")
-    p.add_argument("--population", type=int, help="SearchParams.population (default: its default)")
-    p.add_argument("--sketch-share", type=float, help="SearchParams.sketch_share (default: its default)")
-    p.add_argument("--local-parents", type=int, help="SearchParams.local_parents (default: its default)")
+    for field, kind in SEARCH_OVERRIDES:
+        p.add_argument("--" + field.replace("_", "-"), type=kind, help=f"SearchParams.{field} (default: its default)")
     p.add_argument("--uniform-mutation", action="store_true",
                    help="SearchParams.mutation_weights=(): mutate every question alike (before session 8)")
     a = p.parse_args()
@@ -163,8 +164,7 @@ def main() -> None:
     strategies = a.strategies.split(",")
     os.makedirs(a.db_dir, exist_ok=True)
     if not a.report_only:
-        overrides = {k: getattr(a, k) for k in ("local_share", "population", "sketch_share", "local_parents")
-                     if getattr(a, k) is not None}
+        overrides = {k: getattr(a, k) for k, _ in SEARCH_OVERRIDES if getattr(a, k) is not None}
         if a.uniform_mutation:
             overrides["mutation_weights"] = ()
         sp = SearchParams(**overrides) if overrides else None
