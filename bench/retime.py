@@ -4,11 +4,11 @@
                                      [--trace 'JSON trace' ...] [--rounds 3] [--tries 6]
 
 For each DB (its best record of the workload's task) and each --trace, per round: PyTorch
-and numpy in child processes (tlmir.ops.baselines.baseline_times_isolated), then each
-program `tries` times (a median of 15 calls each) at 1 and 2 threads. Prints, per program
+(and its oneDNN linear, for dense and matmul) in child processes
+(tlmir.ops.baselines.baseline_times_isolated), then each program `tries` times (a median of 15 calls each) at 1 and 2 threads. Prints, per program
 and thread count, the median over rounds of: the fastest of the tries (the statistic the
 baselines get), their median, and the first alone (what bench/search.py reported before
-session 9), each with its ratio to PyTorch.
+session 9), each with its ratio to PyTorch (then to oneDNN: "torch/onednn").
 """
 from __future__ import annotations
 
@@ -54,20 +54,27 @@ def main() -> None:
     samples: dict[tuple, list[float]] = {}
     for _ in range(a.rounds):
         for threads, times in baseline_times_isolated(op, (1, 2)).items():
-            samples.setdefault(("torch", threads, ""), []).append(times["torch"])
+            for fw in ("torch", "onednn"):
+                if fw in times:
+                    samples.setdefault((fw, threads, ""), []).append(times[fw])
         for key, seconds in timers.items():
             for threads in (1, 2):
                 meds = [seconds(threads) for _ in range(max(1, a.tries))]
                 for stat, v in (("fastest", min(meds)), ("median", statistics.median(meds)),
                                 ("first", meds[0])):
                     samples.setdefault((key, threads, stat), []).append(v)
-    torch = {t: statistics.median(samples[("torch", t, "")]) for t in (1, 2)}
-    print(f"{name}: PyTorch {torch[1] * 1e3:.3f} ms (1 thread), {torch[2] * 1e3:.3f} ms (2 threads)")
+    base = {(fw, t): statistics.median(samples[(fw, t, "")]) for fw in ("torch", "onednn") for t in (1, 2)
+            if (fw, t, "") in samples}
+    print(f"{name}: " + "; ".join(f"{label} {base[fw, 1] * 1e3:.3f} ms (1 thread), {base[fw, 2] * 1e3:.3f} ms "
+                                  f"(2 threads)" for fw, label in (("torch", "PyTorch"), ("onednn", "oneDNN"))
+                                  if (fw, 1) in base))
     for key in timers:
         for threads in (1, 2):
-            cells = [f"{stat} {statistics.median(samples[(key, threads, stat)]) * 1e3:.3f} ms "
-                     f"({torch[threads] / statistics.median(samples[(key, threads, stat)]):.2f})"
-                     for stat in ("fastest", "median", "first")]
+            cells = []
+            for stat in ("fastest", "median", "first"):
+                t = statistics.median(samples[(key, threads, stat)])
+                ratios = "/".join(f"{base[fw, threads] / t:.2f}" for fw in ("torch", "onednn") if (fw, threads) in base)
+                cells.append(f"{stat} {t * 1e3:.3f} ms ({ratios})")
             print(f"  {key} @{threads}t: " + ", ".join(cells))
 
 

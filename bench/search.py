@@ -131,7 +131,7 @@ def format_row(row: dict, budgets, strategies) -> str:
     cells = [f"{row['workload']:<32}"]
     searched = [f"{s}{k}" for s in strategies for k in budgets]
     for threads in (1, 2):
-        for key in searched + ["numpy", "torch"]:
+        for key in searched + ["numpy", "torch", "onednn"]:
             t = row.get(f"{key}_{threads}t_s")
             if t:
                 cells.append(f"{key}@{threads}t {g / t:7.1f}")

@@ -53,6 +53,8 @@ def test_every_op_has_a_torch_baseline():
         fns = baselines(ops.make(name, **CASES[name]))
         assert "torch" in fns, name
         assert ("numpy" in fns) == (name not in CONV_POOL), name
+        if torch.backends.mkldnn.is_available():  # PyTorch's oneDNN linear: dense and matmul
+            assert ("onednn" in fns) == (name in ("dense", "matmul")), name
 
 
 def test_unknown_op_has_no_baselines():

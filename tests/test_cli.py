@@ -36,6 +36,7 @@ def test_tune_with_the_shipped_tlm_prints_json(capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["measurements"] == 3 and out["gflops"] > 0 and out["trace"]
     assert out["torch_seconds"] > 0
+    assert out["onednn_seconds"] > 0  # PyTorch's oneDNN linear, beside its default (MKL) path
 
 
 def test_tune_rejects_an_unknown_strategy(capsys):

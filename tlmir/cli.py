@@ -66,6 +66,8 @@ def _summary_row(res, baselines: dict) -> str:
     for fw in ("numpy", "torch"):
         t = baselines.get(fw)
         row += f"  {fw} {t * 1e3:9.4f} ms" if t else f"  {fw} {'-':>9}   "
+    if baselines.get("onednn"):  # PyTorch's oneDNN linear (dense, matmul): tlmir.ops.baselines
+        row += f"  onednn {baselines['onednn'] * 1e3:9.4f} ms"
     return row
 
 

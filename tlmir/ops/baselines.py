@@ -1,9 +1,16 @@
 """Fast framework baselines (PyTorch, numpy) for every op, to time tlmir kernels against.
 
 `baselines(op)` maps a framework name to a callable taking the op's inputs in `op.inputs`
-order and returning its (single) output: `{"torch": fn, "numpy": fn}`. A framework without
-a sensible fast path for an op is left out: numpy has no fast convolution or pooling, so
-the conv / pool ops only have "torch". Unknown ops give `{}`.
+order and returning its (single) output: `{"torch": fn, "onednn": fn, "numpy": fn}`. A
+framework without a sensible fast path for an op is left out: numpy has no fast
+convolution or pooling, so the conv / pool ops only have "torch".
+
+"onednn" is PyTorch's own oneDNN linear (`torch.ops.mkldnn._linear_pointwise`, the kernel
+its compiler's CPU fusions call), for dense (activation fused) and matmul. "torch" runs
+those ops through MKL's sgemm, and MKL picks its kernels by CPU vendor: on an AMD Zen 5
+host it ran dense 128x768x3072 at 6.7 ms, oneDNN (AVX-512 on any vendor) at 3.3 ms
+(docs/benchmarks.md, session 14). Conv and the rest already run on oneDNN or on
+PyTorch's own vectorized kernels under "torch". Unknown ops give `{}`.
 
 The torch callables take torch tensors; `prepare(op, arrays, "torch")` makes them once with
 `torch.from_numpy` (sharing memory with the arrays), so timing excludes the conversion.
@@ -35,7 +42,7 @@ import numpy as np
 from ..errors import TlmirError
 from .base import OpDef
 
-FRAMEWORKS = ("torch", "numpy")
+FRAMEWORKS = ("torch", "onednn", "numpy")
 
 _F32 = np.float32
 
@@ -234,16 +241,36 @@ def _torch_fn(op: OpDef) -> Callable | None:
     return None
 
 
+def _onednn_fn(op: OpDef) -> Callable | None:
+    """PyTorch's oneDNN linear for dense / matmul, where this torch build has it."""
+    import torch
+
+    linear = getattr(getattr(torch.ops, "mkldnn", None), "_linear_pointwise", None)
+    if linear is None or not torch.backends.mkldnn.is_available():
+        return None
+    if op.name == "matmul":
+        return lambda a, b: linear(a, b.t(), None, "none", [], "")
+    if op.name == "dense" and op.params.get("act") in (None, "relu", "gelu"):
+        bias, act = op.params.get("bias", False), op.params.get("act")
+        attr, scalars = {None: ("none", []), "relu": ("relu", []), "gelu": ("gelu", [None])}[act]
+        return lambda x, w, *rest: linear(x, w, rest[0] if bias else None, attr, scalars,
+                                          "none" if act == "gelu" else "")  # "none": exact (erf) GELU
+    return None
+
+
 # ------------------------------------------------------------------ public API
 
 def baselines(op: OpDef) -> dict[str, Callable]:
-    """{"torch": fn, "numpy": fn} for `op` (frameworks without a fast path left out; {} for
-    an unknown op). Each fn takes the inputs in `op.inputs` order - as prepared by
+    """{"torch": fn, "onednn": fn, "numpy": fn} for `op` (frameworks without a fast path
+    left out; {} for an unknown op). Each fn takes the inputs in `op.inputs` order - as prepared by
     `prepare(op, arrays, framework)` - and returns the op's output (all ops have one)."""
     out: dict[str, Callable] = {}
     fn = _torch_fn(op)
     if fn is not None:
         out["torch"] = fn
+    fn = _onednn_fn(op) if fn is not None else None
+    if fn is not None:
+        out["onednn"] = fn
     fn = _numpy_fn(op)
     if fn is not None:
         out["numpy"] = fn
@@ -252,13 +279,14 @@ def baselines(op: OpDef) -> dict[str, Callable]:
 
 def prepare(op: OpDef, arrays: Sequence[np.ndarray], framework: str) -> list:
     """The inputs converted once for `framework`: contiguous arrays of each input's dtype
-    (float32), wrapped with torch.from_numpy (no copy when already so) for "torch"."""
+    (float32), wrapped with torch.from_numpy (no copy when already so) for "torch" and
+    "onednn"."""
     if len(arrays) != len(op.inputs):
         raise ValueError(f"{op.name}: expected {len(op.inputs)} inputs, got {len(arrays)}")
     arrs = [np.ascontiguousarray(a, dtype=t.dtype) for a, t in zip(arrays, op.inputs)]
     if framework == "numpy":
         return arrs
-    if framework == "torch":
+    if framework in ("torch", "onednn"):
         import torch
         return [torch.from_numpy(a) for a in arrs]
     raise ValueError(f"unknown framework {framework!r}; known: {', '.join(FRAMEWORKS)}")
