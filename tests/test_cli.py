@@ -43,3 +43,22 @@ def test_tune_rejects_an_unknown_strategy(capsys):
     assert main(["tune", "--op", "matmul", "--shape", "8,8,8", "--strategy", "annealing",
                  "--trials", "1"]) == 2
     assert "unknown strategy 'annealing'" in capsys.readouterr().err
+
+
+def test_show_best_prints_the_program_the_cpu_backend_compiles(capsys, tmp_path):
+    """A dense program with a packed weight: `show --best` prints its lowered loop IR, then
+    the compiled version with the prefetch of the next panel (codegen_cpu.prefetch)."""
+    from tlmir import ops
+    from tlmir.runtime.records import Record, RecordDB
+    from tlmir.runtime.task import Task
+    from test_prefetch import DENSE_BEST
+    task = Task.from_op(ops.dense(128, 3072, 768, bias=True, act="gelu"))
+    db = str(tmp_path / "dense.db")
+    with RecordDB(db) as rdb:
+        rdb.append(Record(task.key, task.name, "some-cpu", DENSE_BEST.to_json(), seconds=[0.004]))
+    assert main(["show", "--db", db, "--best", "--op", "dense", "--shape", "128,3072,768",
+                 "--param", "bias=true", "--param", "act=gelu"]) == 0
+    out = capsys.readouterr().out
+    lowered, compiled = out.split("# lowered\n")[1].split("# compiled by the CPU backend")
+    assert "W.pack" in lowered and "prefetch(W[" not in lowered
+    assert "prefetch(W[" in compiled

@@ -50,7 +50,7 @@ def cmd_show(args) -> None:
     if s.history:
         print("# schedule\n" + "\n".join(str(st) for st in s.history) + "\n")
     func = lower(s, op.args, op.name)
-    print(f"# lowered\n{func}\n")
+    _print_lowered(func)
     if args.llvm or args.asm:
         from .codegen_cpu import compile_func
         k = compile_func(func)
@@ -169,6 +169,16 @@ def cmd_show_db(args) -> None:
                 _show_best_program(task_key, trace, op_from_args(args) if args.op else None)
 
 
+def _print_lowered(func) -> None:
+    """The lowered loop IR and, where the CPU backend's prefetch pass adds to it, the program
+    it compiles."""
+    from .codegen_cpu.prefetch import add_prefetches
+    print(f"# lowered\n{func}\n")
+    compiled = add_prefetches(func)
+    if compiled is not func:
+        print(f"# compiled by the CPU backend (with codegen_cpu.prefetch's prefetches)\n{compiled}\n")
+
+
 def _show_best_program(task_key: str, trace: str, op=None) -> None:
     """The best schedule as Python and as loop IR; the task is found by key among the
     workloads or given with --op."""
@@ -183,7 +193,7 @@ def _show_best_program(task_key: str, trace: str, op=None) -> None:
         if task.key == task_key:
             s = SearchSpace(task.outputs).replay(Trace.from_json(trace))
             print("# schedule\n" + "\n".join(map(str, s.history)))
-            print(f"# lowered\n{lower(s, task.args, 'best')}\n")
+            _print_lowered(lower(s, task.args, "best"))
             return
     print("(the task is not among the workloads: pass --op/--shape to show its program)")
 
