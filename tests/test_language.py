@@ -267,6 +267,26 @@ def test_tokenizer_ids_and_special_tokens(tokenizer):
         tokenizer.word(tokenizer.vocab_size)
 
 
+def test_a_demonstration_from_unseen_hardware_reads_its_prompt_as_unk(op_tasks):
+    """A host with another L2 size (1024K: an AMD Zen 5) or core count than the vocabulary
+    was built for can still teach the model: those prompt words become <unk>, as the
+    generator reads them. An unknown decision word still makes the sentence unlearnable."""
+    task = op_tasks[0]
+    tok = build_tokenizer([task], HW)
+    other = HardwareParams(cores=96, l2_kb=1024)
+    trace = SearchSpace(task.outputs, other).sample(random.Random(0))[1]
+    sentence = trace_to_sentence(task, other, trace)
+    assert set(tok.covers(sentence.split())) == {"96", "1024K"}
+    assert tok.unknown_decisions(sentence) == []
+    ids = tok.encode_demonstration(sentence)
+    words = sentence.split()
+    assert [tok.word(i) for i in ids] == [w if w not in ("96", "1024K") else "<unk>" for w in words]
+    bad = sentence.replace(" = ", " = flibbertigibbet ", 1)
+    assert tok.unknown_decisions(bad) == ["flibbertigibbet"]
+    with pytest.raises(LanguageError, match="flibbertigibbet"):
+        tok.encode_demonstration(bad)
+
+
 def test_tokenizer_vocabulary_includes_divisors_and_sketch_ids(op_tasks):
     tok = build_tokenizer(op_tasks[:1], HW)  # matmul 24x40x20
     assert tok.covers([str(d) for d in (1, 2, 3, 4, 5, 6, 8, 10, 12, 20, 24, 40)] + ["0", "1", "2"]) == []

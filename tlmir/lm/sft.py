@@ -54,7 +54,7 @@ def answer_nll(model, tok: Tokenizer, sentences: Sequence[str], batch_size: int 
     model.eval()
     total, count = 0.0, 0
     for i in range(0, len(sentences), batch_size):
-        seqs = [tok.encode(s, strict=True) for s in sentences[i:i + batch_size]]
+        seqs = [tok.encode_demonstration(s) for s in sentences[i:i + batch_size]]
         width = max(len(s) for s in seqs) - 1
         x = torch.full((len(seqs), width), tok.pad_id, dtype=torch.long)
         y = torch.full((len(seqs), width), -100, dtype=torch.long)
@@ -80,9 +80,9 @@ def sft(base_dir: str, sentences: Sequence[str], out_dir: str, epochs: float = 4
     base, _ = load_checkpoint(base_dir, expect_vocab_size=tok.vocab_size)
     if not sentences:
         raise ModelError(f"SFT into {out_dir}: no demonstration sentences")
-    # a sentence of the model's version with unknown words is skipped; any other version
-    # is refused by the strict encoding below
-    spelled = [s for s in sentences if s.split()[1:2] != [tok.version] or not tok.covers(s.split())]
+    # a sentence of the model's version with unknown decision words is skipped; any other
+    # version is refused by the strict encoding below; unknown prompt words read as <unk>
+    spelled = [s for s in sentences if s.split()[1:2] != [tok.version] or not tok.unknown_decisions(s)]
     if len(spelled) < len(sentences) and log:
         # e.g. programs of a sketch rule newer than the vocabulary (a packed input's loops):
         # the model cannot read them, so it cannot learn from them; they stay in the records
@@ -90,8 +90,8 @@ def sft(base_dir: str, sentences: Sequence[str], out_dir: str, epochs: float = 4
             f"demonstrations with words outside the vocabulary of {tok.vocab_size}")
     if not spelled:
         raise ModelError(f"SFT into {out_dir}: none of the {len(sentences)} demonstrations can be "
-                         f"written in the model's vocabulary (e.g. {tok.covers(sentences[0].split())[:5]})")
-    seqs = [tok.encode(s, strict=True) for s in spelled]
+                         f"written in the model's vocabulary (e.g. {tok.unknown_decisions(sentences[0])[:5]})")
+    seqs = [tok.encode_demonstration(s) for s in spelled]
     too_long = [len(s) for s in seqs if len(s) - 1 > base.config.block_size]
     if too_long:
         raise ModelError(f"SFT into {out_dir}: {len(too_long)} demonstrations are longer than the "

@@ -224,12 +224,28 @@ class Tokenizer:
         if strict and len(ids) > 1 and ids[0] == self.bos_id and wl[1] in VERSIONS and wl[1] != self.version:
             raise LanguageError(f"a {wl[1]} sentence cannot be encoded by a {self.version} "
                                 f"tokenizer (the model speaks tensor language {self.version})")
-        if strict and self.unk_id in ids:
-            missing = self.covers(wl)
+        missing = self.covers(wl) if strict and self.unk_id in ids else []  # "<unk>" itself is a word
+        if missing:
             raise LanguageError(f"unknown word{'s' if len(missing) > 1 else ''} "
                                 f"{', '.join(map(repr, missing[:10]))} (not in the tokenizer's "
                                 f"vocabulary of {self.vocab_size})")
         return ids
+
+    def unknown_decisions(self, sentence: str) -> list[str]:
+        """The words after the prompt (after the first `sketch`) that are not in the
+        vocabulary: a demonstration with any cannot be learnt from."""
+        words = sentence.split()
+        return self.covers(words[words.index("sketch") + 1:] if "sketch" in words else words)
+
+    def encode_demonstration(self, sentence: str) -> list[int]:
+        """Token ids of a whole sentence for training. Prompt words (task and hardware
+        facts, up to `sketch`) the vocabulary lacks become <unk>, as the generator reads a
+        prompt (a host whose L2 size the model never saw: 1024K against its 2048K); an
+        unknown decision word or another language version raises LanguageError."""
+        words = sentence.split()
+        end = words.index("sketch") if "sketch" in words else 0
+        return self.encode([w if not 2 <= k < end or w in self._vocab else UNK  # after <s> and the version
+                            for k, w in enumerate(words)], strict=True)
 
     def decode(self, ids: Iterable[int]) -> str:
         """The words of `ids` joined by spaces (<pad> dropped)."""
