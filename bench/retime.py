@@ -5,10 +5,11 @@
 
 For each DB (its best record of the workload's task) and each --trace, per round: PyTorch
 (and its oneDNN linear, for dense and matmul) in child processes
-(tlmir.ops.baselines.baseline_times_isolated), then each program `tries` times (a median of 15 calls each) at 1 and 2 threads. Prints, per program
-and thread count, the median over rounds of: the fastest of the tries (the statistic the
-baselines get), their median, and the first alone (what bench/search.py reported before
-session 9), each with its ratio to PyTorch (then to oneDNN: "torch/onednn").
+(tlmir.ops.baselines.baseline_times_isolated), then each program `tries` times (a median
+of 15 calls each) at 1 and 2 threads. Prints, per program and thread count, the median
+over rounds of: the fastest of the tries (the statistic the baselines get), their median,
+and the first alone (what bench/search.py reported before session 9), each with its ratio
+to PyTorch (then to oneDNN: "torch/onednn").
 """
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ from tlmir.ops.baselines import baseline_times_isolated  # noqa: E402
 from tlmir.runtime.records import RecordDB, best_of  # noqa: E402
 from tlmir.runtime.target import host_hardware  # noqa: E402
 from tlmir.runtime.task import Task  # noqa: E402
+
+
+BASELINES = {"torch": "PyTorch", "onednn": "oneDNN"}  # framework -> name printed; ratios in this order
 
 
 def best_trace(path: str, task: Task) -> str:
@@ -54,7 +58,7 @@ def main() -> None:
     samples: dict[tuple, list[float]] = {}
     for _ in range(a.rounds):
         for threads, times in baseline_times_isolated(op, (1, 2)).items():
-            for fw in ("torch", "onednn"):
+            for fw in BASELINES:
                 if fw in times:
                     samples.setdefault((fw, threads, ""), []).append(times[fw])
         for key, seconds in timers.items():
@@ -63,17 +67,16 @@ def main() -> None:
                 for stat, v in (("fastest", min(meds)), ("median", statistics.median(meds)),
                                 ("first", meds[0])):
                     samples.setdefault((key, threads, stat), []).append(v)
-    base = {(fw, t): statistics.median(samples[(fw, t, "")]) for fw in ("torch", "onednn") for t in (1, 2)
-            if (fw, t, "") in samples}
-    print(f"{name}: " + "; ".join(f"{label} {base[fw, 1] * 1e3:.3f} ms (1 thread), {base[fw, 2] * 1e3:.3f} ms "
-                                  f"(2 threads)" for fw, label in (("torch", "PyTorch"), ("onednn", "oneDNN"))
-                                  if (fw, 1) in base))
+    fws = [fw for fw in BASELINES if (fw, 1, "") in samples]  # onednn: dense and matmul only
+    base = {(fw, t): statistics.median(samples[(fw, t, "")]) for fw in fws for t in (1, 2)}
+    print(f"{name}: " + "; ".join(f"{BASELINES[fw]} {base[fw, 1] * 1e3:.3f} ms (1 thread), "
+                                  f"{base[fw, 2] * 1e3:.3f} ms (2 threads)" for fw in fws))
     for key in timers:
         for threads in (1, 2):
             cells = []
             for stat in ("fastest", "median", "first"):
                 t = statistics.median(samples[(key, threads, stat)])
-                ratios = "/".join(f"{base[fw, threads] / t:.2f}" for fw in ("torch", "onednn") if (fw, threads) in base)
+                ratios = "/".join(f"{base[fw, threads] / t:.2f}" for fw in fws)
                 cells.append(f"{stat} {t * 1e3:.3f} ms ({ratios})")
             print(f"  {key} @{threads}t: " + ", ".join(cells))
 

@@ -130,6 +130,12 @@ def _order(word: str) -> tuple:
     return (0, int(word), "") if _is_int(word) else (1, 0, word)
 
 
+def _prompt_end(words: Sequence[str]) -> int:
+    """Where a sentence's decisions start: the position of its first `sketch` (0 if none;
+    the sketch id that follows it is the first answer)."""
+    return words.index("sketch") if "sketch" in words else 0
+
+
 class Tokenizer:
     """A `tokenizers.Tokenizer` (WordLevel, WhitespaceSplit) with the language's helpers."""
 
@@ -235,7 +241,7 @@ class Tokenizer:
         """The words after the prompt (after the first `sketch`) that are not in the
         vocabulary: a demonstration with any cannot be learnt from."""
         words = sentence.split()
-        return self.covers(words[words.index("sketch") + 1:] if "sketch" in words else words)
+        return self.covers(words[_prompt_end(words):])
 
     def encode_demonstration(self, sentence: str) -> list[int]:
         """Token ids of a whole sentence for training. Prompt words (task and hardware
@@ -243,7 +249,7 @@ class Tokenizer:
         prompt (a host whose L2 size the model never saw: 1024K against its 2048K); an
         unknown decision word or another language version raises LanguageError."""
         words = sentence.split()
-        end = words.index("sketch") if "sketch" in words else 0
+        end = _prompt_end(words)
         return self.encode([w if not 2 <= k < end or w in self._vocab else UNK  # after <s> and the version
                             for k, w in enumerate(words)], strict=True)
 

@@ -250,11 +250,11 @@ def _onednn_fn(op: OpDef) -> Callable | None:
         return None
     if op.name == "matmul":
         return lambda a, b: linear(a, b.t(), None, "none", [], "")
-    if op.name == "dense" and op.params.get("act") in (None, "relu", "gelu"):
-        bias, act = op.params.get("bias", False), op.params.get("act")
-        attr, scalars = {None: ("none", []), "relu": ("relu", []), "gelu": ("gelu", [None])}[act]
-        return lambda x, w, *rest: linear(x, w, rest[0] if bias else None, attr, scalars,
-                                          "none" if act == "gelu" else "")  # "none": exact (erf) GELU
+    # dense's activation -> the fused post-op: attr, scalars, algorithm ("none": exact erf GELU)
+    post_ops = {None: ("none", [], ""), "relu": ("relu", [], ""), "gelu": ("gelu", [None], "none")}
+    if op.name == "dense" and op.params.get("act") in post_ops:
+        bias, post = op.params.get("bias", False), post_ops[op.params.get("act")]
+        return lambda x, w, *rest: linear(x, w, rest[0] if bias else None, *post)
     return None
 
 
@@ -262,13 +262,14 @@ def _onednn_fn(op: OpDef) -> Callable | None:
 
 def baselines(op: OpDef) -> dict[str, Callable]:
     """{"torch": fn, "onednn": fn, "numpy": fn} for `op` (frameworks without a fast path
-    left out; {} for an unknown op). Each fn takes the inputs in `op.inputs` order - as prepared by
-    `prepare(op, arrays, framework)` - and returns the op's output (all ops have one)."""
+    left out; {} for an unknown op). Each fn takes the inputs in `op.inputs` order - as
+    prepared by `prepare(op, arrays, framework)` - and returns the op's output (all ops
+    have one)."""
     out: dict[str, Callable] = {}
     fn = _torch_fn(op)
     if fn is not None:
         out["torch"] = fn
-    fn = _onednn_fn(op) if fn is not None else None
+    fn = _onednn_fn(op)
     if fn is not None:
         out["onednn"] = fn
     fn = _numpy_fn(op)
