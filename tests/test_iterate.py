@@ -34,13 +34,12 @@ def test_answer_flags_mark_only_answers():
     assert flagged == ["2", "2", "4", "1", "root", "</s>"]
 
 
-def _demos(task, n, seed=0, model=BASE_MODEL):
-    """n random sentences of `task` in the language of `model`."""
+def _demos(task, n, seed=0):
+    """n random sentences of `task`."""
     hw = host_hardware()
     space = SearchSpace(task.outputs, hw)
     rng = random.Random(seed)
-    version = load_model(model)[1].version
-    return [trace_to_sentence(task, hw, space.sample(rng)[1], version) for _ in range(n)]
+    return [trace_to_sentence(task, hw, space.sample(rng)[1]) for _ in range(n)]
 
 
 def test_sft_raises_the_likelihood_of_the_demonstrations(tmp_path):

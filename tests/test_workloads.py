@@ -70,7 +70,63 @@ def test_split_weights_are_summed_over_networks(nets, splits):
     assert len(stem) == 1 and stem[0].weight == 3
 
 
+HELD_OUT_TASKS = 189       # distinct tasks of the held-out networks
+
+
+def test_training_split_has_the_shape_variants(splits):
+    train, held = splits["train"], splits["held-out"]
+    assert 1500 <= len({t.key for t in train}) == len(train) <= 2200
+    assert len({t.key for t in held}) == len(held) == HELD_OUT_TASKS
+    held_keys = {t.key for name in W.HELD_OUT for t, _ in W.network_tasks(name)}
+    assert not {t.key for t in train} & held_keys
+    assert sum(t.flops > 20e9 for t in train) <= 10            # few very large tasks
+
+
+def test_no_held_out_architecture_in_training():
+    """No training network is a held-out architecture at another size."""
+    from tlmir.workloads import cnn, transformer
+    banned = {cnn.resnet50, cnn.mobilenet_v2, cnn.resnext50_32x4d, cnn.densenet,
+              W.others.dcgan_generator}
+    for name, fn in W.NETWORKS.items():
+        if name in W.HELD_OUT:
+            continue
+        assert not any(name.startswith(h) for h in W.HELD_OUT), name
+        builder, kw = fn.args[0], fn.keywords
+        assert builder not in banned, name
+        if builder is transformer.bert:
+            assert kw["hidden"] not in (128, 768, 1024), name
+        if builder is transformer.llama_layer:
+            assert kw["seq"] == kw["kv_len"] > 1, name                # prefill only
+        if builder is transformer.llama_prefill:
+            assert kw.get("seq", 128) > 1, name
+
+
+def test_variant_names():
+    for name in ["resnet-18-b4-192", "resnet-34-b4-160", "mobilenet-v1-w0.5-b2-160",
+                 "bert-small-seq64-b2", "gpt-2-medium-seq32-b2", "vit-ti16-384",
+                 "llama-13b-prefill-seq64", "inception-v3-b8", "squeezenet-1.1-b8-160"]:
+        assert W.split_of(name) == "train", name
+    # a variant the explicit entries already name is theirs, and is the same network
+    for name, (builder, kw) in W.variants().items():
+        fn = W.NETWORKS[name]
+        if (fn.args[0], fn.keywords) != (builder, kw):
+            got = [(t.key, w) for t, w in fn()]
+            assert got == [(t.key, w) for t, w in builder(**kw).tasks()], name
+    big = {t.name: t.flops for t, _ in W.network_tasks("llama-13b-prefill-seq32")}
+    assert big["dense_m32_n13824_k5120"] == 2 * 32 * 13824 * 5120
+    assert {t.name for t, _ in W.network_tasks("vit-ti16-384")} >= {
+        "conv2d_nchw_1x3x384x384_k192_16x16_s16_p0", "batch_matmul_b3_m577_n577_k64"}
+
+
+def test_split_tasks_returns_copies():
+    a = W.split_tasks("train")
+    w = a[0].weight
+    a[0].weight = -1.0
+    assert W.split_tasks("train")[0].weight == w
+
+
 def test_split_is_deterministic_and_fast():
+    W._split.cache_clear()                  # time a fresh build, not the cached split
     t0 = time.perf_counter()
     a = W.split_tasks("train")
     assert time.perf_counter() - t0 < 10
@@ -83,6 +139,10 @@ def test_split_is_deterministic_and_fast():
     ("resnet-50", 8.18), ("resnext-50", 8.46), ("mobilenet-v2", 0.60), ("densenet-121", 5.67),
     ("inception-v3", 11.43), ("vgg-16", 30.94), ("resnet-18", 3.63), ("squeezenet-1.1", 0.70),
     ("mobilenet-v1", 1.14), ("vit-b16", 35.1),
+    # shape variants: width multipliers, deeper / wider families, a larger image
+    ("mobilenet-v1-w0.5", 0.298), ("mobilenet-v1-w0.75", 0.650), ("resnet-34", 7.34),
+    ("vgg-11", 15.22), ("vgg-13", 22.62), ("vgg-19", 39.26), ("vit-ti16", 2.52),
+    ("vit-l16", 123.2), ("vit-b16-384", 111.0),
     # BERT-base: 12 x (4 x 768^2 + 2 x 768 x 3072) x 128 x 2 + attention 12 x 2 x 128^2 x 768 x 2
     ("bert-base", 12 * (4 * 768 ** 2 + 2 * 768 * 3072) * 128 * 2e-9
      + 12 * 2 * 128 ** 2 * 768 * 2e-9),

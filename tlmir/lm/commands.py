@@ -1,7 +1,6 @@
 """`tlmir sample | tokenizer build | train pretrain | generate`: the language-model workflow."""
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -11,21 +10,19 @@ import numpy as np
 
 from ..errors import TlmirError
 from ..runtime.target import host_hardware
-from .language import VERSION, VERSIONS
 
 MODELS = os.path.join(os.path.dirname(__file__), "models")
-BASE_MODEL = os.path.join(MODELS, "base")    # pre-trained only (tensor language v4)
-BASE_V1_MODEL = os.path.join(MODELS, "base-v1")  # the same in language v1: what `tlm` was fine-tuned from
+BASE_MODEL = os.path.join(MODELS, "base")    # pre-trained only
 TUNED_MODEL = os.path.join(MODELS, "tlm")    # + iterative SFT on this CPU class: the default
 TOKENIZER_FILE = "tokenizer.json"
 
 
 def model_dir(name: str) -> str:
-    """`base`, `base-v1` and `tlm` name the models shipped in the package, `default` the
-    one used when none is given (the SFT'd `tlm`); anything else is a directory."""
+    """`base` and `tlm` name the models shipped in the package, `default` the one used
+    when none is given (the SFT'd `tlm`); anything else is a directory."""
     if name == "default":
         return TUNED_MODEL if os.path.isfile(os.path.join(TUNED_MODEL, "config.json")) else BASE_MODEL
-    return {"base": BASE_MODEL, "base-v1": BASE_V1_MODEL, "tlm": TUNED_MODEL}.get(name, name)
+    return {"base": BASE_MODEL, "tlm": TUNED_MODEL}.get(name, name)
 
 
 def passive_openmp() -> None:
@@ -45,57 +42,66 @@ def load_model(name: str):
 
 
 def cmd_sample(args) -> None:
-    from .sample import sample_split
-    n = sample_split(args.split, args.per_task, args.out, workers=args.workers, seed=args.seed,
-                     limit=args.limit, log=(lambda m: None) if args.quiet else print,
-                     version=args.language)
-    print(f"sampled {n} new tasks into {args.out}")
-
-
-def cmd_convert(args) -> None:
-    from .sample import convert_file
-    n = convert_file(args.data, args.out, args.language)
-    print(f"wrote {n} sentences in language {args.language} to {args.out}")
+    from .sample import sample_corpus
+    n = sample_corpus(args.split, args.out, per_task=args.per_task, hw_per_task=args.hw_per_task,
+                      shard_tasks=args.shard_tasks, workers=args.workers, seed=args.seed,
+                      limit=args.limit, log=(lambda m: None) if args.quiet else print)
+    print(f"sampled {n} new sentences into {args.out}")
 
 
 def cmd_tokenizer_build(args) -> None:
     from ..workloads import split_tasks
-    from .sample import read_sentences
     from .tokenizer import build_tokenizer
-    sentences = [r["sentence"] for r in read_sentences(args.data)] if args.data else []
     tasks = split_tasks("train") + split_tasks("held-out")
-    tok = build_tokenizer(tasks, host_hardware(), sentences)
+    tok = build_tokenizer(tasks, host_hardware())
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     tok.save(args.out)
     print(f"tokenizer with {tok.vocab_size} words -> {args.out}")
 
 
-def _split_by_task(records: list[dict], val_fraction: float) -> tuple[list, list]:
-    """Validation = whole tasks (chosen by a hash of the key), so it measures generalisation."""
-    val, train = [], []
-    for r in records:
-        h = int(hashlib.sha1(r["key"].encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
-        (val if h < val_fraction else train).append(r["sentence"])
-    return train, val
+def _split_by_task(packed, where, val_fraction: float, val_max: int):
+    """(train, validation) Packed sequences: validation = whole tasks (chosen by a hash of
+    the key), so it measures generalisation; at most `val_max` of them, evenly spread."""
+    from .train import Packed
+    is_val = where < val_fraction
+    val_rows = np.flatnonzero(is_val)
+    if len(val_rows) > val_max:
+        val_rows = val_rows[np.linspace(0, len(val_rows) - 1, val_max).astype(np.int64)]
+
+    def take(rows) -> Packed:
+        return Packed.of(packed[int(r)] for r in rows)
+    train_rows = np.flatnonzero(~is_val)
+    train = packed if len(train_rows) == len(packed) else _take_flat(packed, train_rows)
+    return train, take(val_rows)
+
+
+def _take_flat(packed, rows):
+    """The sequences `rows` of a Packed, as a Packed, without a Python list per sequence."""
+    from .train import Packed
+    lengths = packed.lengths()[rows]
+    offsets = np.zeros(len(rows) + 1, np.int64)
+    offsets[1:] = np.cumsum(lengths)
+    starts = np.repeat(packed.offsets[rows] - offsets[:-1], lengths)
+    return Packed(packed.ids[starts + np.arange(offsets[-1])], offsets)
 
 
 def cmd_train_pretrain(args) -> None:
     passive_openmp()
     from .model import GPTConfig
-    from .sample import read_sentences
+    from .sample import encode_corpus
     from .tokenizer import Tokenizer
     from .train import pretrain
-    tok_path = args.tokenizer or os.path.join(os.path.dirname(os.path.abspath(args.data)), TOKENIZER_FILE)
+    data_dir = args.data if os.path.isdir(args.data) else os.path.dirname(os.path.abspath(args.data))
+    tok_path = args.tokenizer or os.path.join(data_dir, TOKENIZER_FILE)
     tok = Tokenizer.load(tok_path)
-    train, val = _split_by_task(read_sentences(args.data), args.val_fraction)
-    enc = [tok.encode(s, strict=True) for s in train]
-    venc = [tok.encode(s, strict=True) for s in val]
+    enc, venc = _split_by_task(*encode_corpus(args.data, tok), args.val_fraction, args.val_max)
     config = GPTConfig.preset(args.config, tok.vocab_size, block_size=args.block_size)
     os.makedirs(args.out, exist_ok=True)
     shutil.copyfile(tok_path, os.path.join(args.out, TOKENIZER_FILE))
     stats = pretrain(enc, venc, config, args.out, tok.pad_id, steps=args.steps, batch_size=args.batch_size,
                      lr=args.lr, warmup=args.warmup, time_limit=args.time_limit, eval_every=args.eval_every,
-                     init_from=model_dir(args.init_from) if args.init_from else None)
+                     init_from=model_dir(args.init_from) if args.init_from else None,
+                     device=args.device, threads=args.threads)
     print(json.dumps(stats, indent=1))
 
 
@@ -179,31 +185,29 @@ def _verified(sch, task, ins, want) -> bool:
 
 def add_parsers(sub, op_args) -> None:
     """Register the LM subcommands on the main parser's subparsers."""
-    sa = sub.add_parser("sample", help="random tensor sentences for a workload split (paper Alg. 1)")
+    sa = sub.add_parser("sample", help="the pre-training corpus: random tensor sentences of a "
+                                       "workload split, in shards (paper Alg. 1); resumable")
     sa.add_argument("--split", default="train")
-    sa.add_argument("--per-task", type=int, default=500)
-    sa.add_argument("--out", required=True)
+    sa.add_argument("--per-task", type=int, default=640, help="distinct sentences per task")
+    sa.add_argument("--hw-per-task", type=int, default=8,
+                    help="hardware prompts per task: the host's, then other CPU classes")
+    sa.add_argument("--shard-tasks", type=int, default=16, help="tasks per shard file")
+    sa.add_argument("--out", required=True, help="corpus directory")
     sa.add_argument("--workers", type=int, default=0)
     sa.add_argument("--seed", type=int, default=0)
     sa.add_argument("--limit", type=int, help="only the first N tasks")
     sa.add_argument("--quiet", action="store_true")
-    sa.add_argument("--language", choices=VERSIONS, default=VERSION, help="tensor-language version")
     sa.set_defaults(fn=cmd_sample)
-    cv = sub.add_parser("convert", help="rewrite a sentences file in another tensor-language version")
-    cv.add_argument("data", help="sentences .jsonl (any version)")
-    cv.add_argument("--out", required=True)
-    cv.add_argument("--language", choices=VERSIONS, default=VERSION)
-    cv.set_defaults(fn=cmd_convert)
     tk = sub.add_parser("tokenizer", help="build the word-level tokenizer")
     tks = tk.add_subparsers(dest="what", required=True)
-    tb = tks.add_parser("build")
-    tb.add_argument("data", nargs="?", help="sentences .jsonl (its words join the vocabulary)")
+    tb = tks.add_parser("build", help="the vocabulary of the schedule spaces of both splits, "
+                                      "on every CPU class")
     tb.add_argument("--out", required=True)
     tb.set_defaults(fn=cmd_tokenizer_build)
     tr = sub.add_parser("train", help="train the tensor language model")
     trs = tr.add_subparsers(dest="what", required=True)
     pt = trs.add_parser("pretrain")
-    pt.add_argument("--data", required=True)
+    pt.add_argument("--data", required=True, help="corpus directory (`tlmir sample`) or sentences .jsonl")
     pt.add_argument("--tokenizer", help="tokenizer.json (default: beside the data)")
     pt.add_argument("--config", default="tiny")
     pt.add_argument("--out", required=True)
@@ -214,6 +218,9 @@ def add_parsers(sub, op_args) -> None:
     pt.add_argument("--block-size", type=int, default=1024)
     pt.add_argument("--eval-every", type=int, default=200)
     pt.add_argument("--val-fraction", type=float, default=0.03)
+    pt.add_argument("--val-max", type=int, default=2048, help="validation sentences at most")
+    pt.add_argument("--threads", type=int, help="torch threads (default: all cores)")
+    pt.add_argument("--device", default="cpu", help="cpu or cuda")
     pt.add_argument("--time-limit", type=float)
     pt.add_argument("--init-from", help="start a new run from this model's weights (e.g. base)")
     pt.set_defaults(fn=cmd_train_pretrain)

@@ -62,8 +62,8 @@ class LMDecider(Decider):
 
     def _decide(self, question: str, options: list):
         tok = self.batcher.tok
-        qwords, _ = decision_words(question, options[0], self._extent, tok.version, options)
-        req = _Request(tok.encode(qwords), [tok.encode(w) for w in answer_words(question, options, tok.version)])
+        qwords, _ = decision_words(question, options[0], self._extent, options)
+        req = _Request(tok.encode(qwords), [tok.encode(w) for w in answer_words(question, options)])
         self.batcher.submit(self.row, req)
         if req.choice < 0:
             raise LanguageError(f"question {question!r}: the model answered "
@@ -140,7 +140,7 @@ class Generator:
         self.seed = seed
 
     def _prefix_cache(self, task, batch: int):
-        ids = self.tok.encode(prefix_words(task, self.hw, self.tok.version))
+        ids = self.tok.encode(prefix_words(task, self.hw))
         cache = self.model.new_cache(1)
         logits = self.model.step(torch.tensor([ids]), torch.tensor([len(ids)]), cache)
         return cache.expand(batch), logits[0, -1]
@@ -190,7 +190,7 @@ class Generator:
             t.join()
         for g in results:
             if g.trace is not None:
-                g.sentence = trace_to_sentence(task, self.hw, g.trace, self.tok.version)
+                g.sentence = trace_to_sentence(task, self.hw, g.trace)
         return results
 
     def _step(self, feed: list, rows: list[int], cache) -> torch.Tensor:
@@ -243,7 +243,7 @@ class Generator:
     def unconstrained(self, task, n: int, batch_size: int = 64, max_tokens: int = 1024) -> list[Generated]:
         """Sample the raw model (no mask) and parse what comes out."""
         out: list[Generated] = []
-        prefix = prefix_words(task, self.hw, self.tok.version)
+        prefix = prefix_words(task, self.hw)
         while len(out) < n:
             b = min(batch_size, n - len(out))
             cache, first = self._prefix_cache(task, b)

@@ -10,33 +10,20 @@ Task prompt (the ComputeDAG of the task's outputs, producers first):
         printed as one word (spaces removed: `p*2+rr`, `k//4*4+rc`).
 Hardware prompt: `hw cpu avx512 cores 2 vec 16 l1 48K l2 2048K`.
 Decisions, in trace order:
-    tile C.i 1024 = 256 32 16 1   a tile question: name, extent, `=`, then (v2+) the extent
+    tile C.i 1024 = 256 32 16 1   a tile question: name, extent, `=`, then the extent
                                   left after each factor, outermost first: the factors
                                   are 1024/256 = 4, 256/32 = 8, 32/16 = 2, 16/1 = 16
-    at pad root conv.k.outer conv.p.outer = conv.k.outer
-                                  (v3+) a question whose options depend on earlier answers
-                                  (compute location `at`, fused-loop count `parallel`)
-                                  lists them before `=`; the answer is one of them
     at pad 1 root 2 conv.k.outer 3 conv.p.outer = 2
-                                  (v4) the same for `at`, but its options are numbered
-                                  and the answer is a number
-    parallel C 1 2 3 = 3   vec C = 1   unroll C = 512
-                                  any other question: its words, `=`, one answer word
+                                  a question whose options depend on earlier answers
+                                  (compute location `at`) numbers them before `=`; the
+                                  answer is the number of one of them
+    parallel C 1 2 3 = 3          the fused-loop count lists its options (numbers) too
+    vec C = 1   unroll C = 512    any other question: its words, `=`, one answer word
 
-Versions: v1 wrote a tile answer as its factors (`tile C.i 1024 = 4 8 2 16`), so a model
-had to multiply four numbers to write one well-formed answer; in v2 every word only has to
-divide the word before it (the chain ends at 1), which a small model learns far more
-reliably (docs/architecture.md). v2 did not say which loops a stage may be computed at or
-how many outer loops may be fused in parallel: those depend on earlier answers, and a
-small model guessed loop names that do not exist (3 in 4 of its answers outside the
-space). v3 lists the options of those questions in the question, so answering is
-choosing among words in view. A small model still half-learned to copy a loop name
-from the list (half of its v3 errors named a loop of another stage); v4 numbers the
-options of `at` and answers with the number, so the answer is always a small int next
-to the option it picks. All four are read and written; new sentences and tokenizers
-are v4 (writing v3 or v4 needs the task, to replay the trace and learn its options),
-and a model speaks the version of its tokenizer. A sentence of any other
-version is refused, never silently mixed in.
+One version is spoken: v4 (the version word after <s>). Earlier versions wrote tile
+answers as factors (v1), named `at` options without listing or numbering them (v2, v3);
+each change is explained in docs/architecture.md. A sentence of any other version is
+refused, never silently read; a model of an older version is retrained (docs/model.md).
 
 Every word is one token of a word-level vocabulary (tlmir.lm.tokenizer). Answers parse
 back to the types the space offers — tuples of ints for tiles, ints for numeric
@@ -57,13 +44,12 @@ from ..ir.tensor import ComputeOp
 from ..runtime.target import HardwareParams
 from ..schedule.decider import Trace
 
-VERSIONS = ("v1", "v2", "v3", "v4")
-VERSION = "v4"  # what new sentences and tokenizers are written in
-LISTED_KINDS = ("at", "parallel")  # v3, v4: questions that list their options
-NUMBERED_KINDS = ("at",)  # v4: questions whose listed options are numbered, answered by number
+VERSION = "v4"  # the one version this tlmir reads and writes
+LISTED_KINDS = ("at", "parallel")  # questions that list their options before `=`
+NUMBERED_KINDS = ("at",)  # ... numbered, and answered by the number
 BOS, EOS = "<s>", "</s>"
 QUESTION_KEYWORDS = ("tile", "at", "parallel", "vec", "unroll")
-STRUCTURAL_WORDS = (BOS, EOS, *VERSIONS, "task", "hw", "sketch", "stage", "input", "read",
+STRUCTURAL_WORDS = (BOS, EOS, VERSION, "task", "hw", "sketch", "stage", "input", "read",
                     "sp", "rd", "elem", "reduce", "=")
 RESERVED_WORDS = STRUCTURAL_WORDS + QUESTION_KEYWORDS
 MAX_TOKENS = 1024
@@ -122,16 +108,9 @@ def hw_prompt(hw: HardwareParams) -> list[str]:
             "vec", str(hw.vector_lanes), "l1", f"{hw.l1_kb}K", "l2", f"{hw.l2_kb}K"]
 
 
-def _version(version: str) -> str:
-    if version not in VERSIONS:
-        raise LanguageError(f"unknown tensor-language version {version!r}; this tlmir speaks "
-                            f"{', '.join(VERSIONS)}")
-    return version
-
-
-def prefix_words(task, hw: HardwareParams, version: str = VERSION) -> list[str]:
+def prefix_words(task, hw: HardwareParams) -> list[str]:
     """Everything a sentence says before the decisions, ending with `sketch`."""
-    return [BOS, _version(version)] + task_prompt(task) + hw_prompt(hw) + ["sketch"]
+    return [BOS, VERSION] + task_prompt(task) + hw_prompt(hw) + ["sketch"]
 
 
 # ------------------------------------------------------------------------ decisions
@@ -158,10 +137,8 @@ def _answer_word(answer: Any, question: str) -> str:
     return word
 
 
-def tile_words(factors: Sequence[int], version: str = VERSION) -> list[str]:
-    """A tile answer's words: the factors (v1), or the extent left after each (v2 and later)."""
-    if version == "v1":
-        return [str(f) for f in factors]
+def tile_words(factors: Sequence[int]) -> list[str]:
+    """A tile answer's words: the extent left after each factor, outermost first."""
     left = 1
     for f in factors:
         left *= f
@@ -172,42 +149,23 @@ def tile_words(factors: Sequence[int], version: str = VERSION) -> list[str]:
     return out
 
 
-def _since(version: str, first: str) -> bool:
-    """Is `version` `first` or a later version?"""
-    return VERSIONS.index(_version(version)) >= VERSIONS.index(first)
-
-
-def _writes_options(version: str) -> bool:
-    """Does `version` list the options of some questions (so writing it needs the task)?"""
-    return _since(version, "v3")
-
-
-def _lists_options(question_words: list[str], version: str) -> bool:
-    return _writes_options(version) and question_words[0] in LISTED_KINDS
-
-
-def _numbers_options(question_words: list[str], version: str) -> bool:
-    """Are the listed options of this question numbered, and answered by their number (v4)?"""
-    return _since(version, "v4") and question_words[0] in NUMBERED_KINDS
-
-
 def decision_words(question: str, answer: Any, extent: int | None = None,
-                   version: str = VERSION, options: Sequence | None = None) -> tuple[list[str], list[str]]:
+                   options: Sequence | None = None) -> tuple[list[str], list[str]]:
     """(question words ending with '=', answer words) of one decision.
 
     A tile question's words carry the extent (the product of the answer when `extent`
-    is None); its answer words are `tile_words`. Any other answer is one word; from v3 the
-    words of an `at` / `parallel` question end with its `options`, which must be given."""
+    is None); its answer words are `tile_words`. Any other answer is one word; the words
+    of an `at` / `parallel` question end with its `options`, which must be given."""
     qwords = _question_words(question)
-    if _lists_options(qwords, _version(version)):
+    if qwords[0] in LISTED_KINDS:
         if options is None:
-            raise LanguageError(f"{version} lists the options of {question!r}; they were not given "
-                                f"(writing a {version} sentence needs the task, to replay the trace)")
+            raise LanguageError(f"the options of {question!r} were not given (writing a sentence "
+                                f"needs the task, to replay the trace)")
         listed = [_answer_word(o, question) for o in options]
         word = _answer_word(answer, question)
         if word not in listed:
             raise LanguageError(f"answer {answer!r} to {question!r} is not among its options {listed}")
-        if _numbers_options(qwords, version):
+        if qwords[0] in NUMBERED_KINDS:
             numbered = [w for i, o in enumerate(listed, 1) for w in (str(i), o)]
             return qwords + numbered + ["="], [str(listed.index(word) + 1)]
         return qwords + listed + ["="], [word]
@@ -223,18 +181,18 @@ def decision_words(question: str, answer: Any, extent: int | None = None,
         elif extent != prod:
             raise LanguageError(f"answer {tuple(answer)} to {question!r} multiplies to {prod}, "
                                 f"not the extent {extent}")
-        return qwords + [str(extent), "="], tile_words(answer, _version(version))
+        return qwords + [str(extent), "="], tile_words(answer)
     return qwords + ["="], [_answer_word(answer, question)]
 
 
-def answer_words(question: str, options: Sequence, version: str = VERSION) -> list[list[str]]:
+def answer_words(question: str, options: Sequence) -> list[list[str]]:
     """Each option of `question` as its answer words (for constrained decoding)."""
-    if _numbers_options(_question_words(question), version):
+    if _question_words(question)[0] in NUMBERED_KINDS:
         return [[str(i)] for i in range(1, len(options) + 1)]
     out = []
     for o in options:
         if isinstance(o, (tuple, list)):
-            out.append(tile_words(o, version))
+            out.append(tile_words(o))
         else:
             out.append([_answer_word(o, question)])
     return out
@@ -242,15 +200,14 @@ def answer_words(question: str, options: Sequence, version: str = VERSION) -> li
 
 # ------------------------------------------------------------------------ sentences
 
-def trace_words(trace: Trace, version: str = VERSION, options: dict | None = None) -> list[str]:
-    """`<id> <decisions>` (the words between `sketch` and `</s>`); v3 and v4 need `options`
-    (question -> the options the space offered, see `trace_options`)."""
+def trace_words(trace: Trace, options: dict) -> list[str]:
+    """`<id> <decisions>` (the words between `sketch` and `</s>`); `options` maps a question
+    to the options the space offered it (see `trace_options`)."""
     if isinstance(trace.sketch, bool) or not isinstance(trace.sketch, int) or trace.sketch < 0:
         raise LanguageError(f"sketch id {trace.sketch!r} must be a non-negative int")
     words = [str(trace.sketch)]
     for question, answer in trace.decisions:
-        q, a = decision_words(question, answer, version=version,
-                              options=None if options is None else options.get(question))
+        q, a = decision_words(question, answer, options=options.get(question))
         words += q + a
     return words
 
@@ -274,11 +231,10 @@ def trace_options(task, hw: HardwareParams, trace: Trace) -> dict:
     return seen
 
 
-def trace_to_sentence(task, hw: HardwareParams, trace: Trace, version: str = VERSION) -> str:
-    """The sentence of a trace of `task` on `hw`, in language `version` (v3, v4 replay the
-    trace to learn its options)."""
-    options = trace_options(task, hw, trace) if _writes_options(version) else None
-    return " ".join(prefix_words(task, hw, version) + trace_words(trace, version, options) + [EOS])
+def trace_to_sentence(task, hw: HardwareParams, trace: Trace) -> str:
+    """The sentence of a trace of `task` on `hw` (the trace is replayed to learn the options
+    its questions were offered)."""
+    return " ".join(prefix_words(task, hw) + trace_words(trace, trace_options(task, hw, trace)) + [EOS])
 
 
 def _words(sentence) -> list[str]:
@@ -294,9 +250,8 @@ def _show(words: Sequence[str], n: int = 12) -> str:
     return text + (" ..." if len(words) > n else "")
 
 
-def parse_sentence(sentence, version: str | None = None) -> tuple[str, list[str], Trace]:
-    """(version, prompt words (from `task` up to `sketch`, exclusive), Trace). The
-    sentence may be of any version this tlmir speaks, or only of `version` if given."""
+def parse_sentence(sentence) -> tuple[list[str], Trace]:
+    """(prompt words (from `task` up to `sketch`, exclusive), Trace)."""
     words = _words(sentence)
     if not words:
         raise LanguageError("empty sentence")
@@ -306,12 +261,10 @@ def parse_sentence(sentence, version: str | None = None) -> tuple[str, list[str]
         raise LanguageError(f"sentence does not end with {EOS} (truncated?): ...{' '.join(words[-8:])!r}")
     if len(words) < 3 or not re.match(r"v\d+\Z", words[1]):
         raise LanguageError(f"sentence has no version word after {BOS} (this tlmir speaks "
-                            f"{', '.join(VERSIONS)}): {_show(words)!r}")
-    found = words[1]
-    if found not in VERSIONS:
-        raise LanguageError(f"sentence is version {found}, this tlmir speaks {', '.join(VERSIONS)}")
-    if version is not None and found != version:
-        raise LanguageError(f"sentence is version {found}, expected {version}")
+                            f"{VERSION}): {_show(words)!r}")
+    if words[1] != VERSION:
+        raise LanguageError(f"sentence is version {words[1]}, this tlmir speaks only {VERSION} "
+                            f"(docs/model.md: retraining a model of an older version)")
     if words[2] != "task":
         raise LanguageError(f"expected 'task' after the version, got {words[2]!r}")
     try:
@@ -324,23 +277,15 @@ def parse_sentence(sentence, version: str | None = None) -> tuple[str, list[str]
     body = words[s + 1:-1]
     if not body or not _is_int(body[0]) or int(body[0]) < 0:
         raise LanguageError(f"expected a sketch id after 'sketch', got {body[0] if body else EOS!r}")
-    return found, prompt, Trace(int(body[0]), _parse_decisions(body[1:], s + 2, found))
+    return prompt, Trace(int(body[0]), _parse_decisions(body[1:], s + 2))
 
 
-def _parse_tile(question: str, extent: int, answer: list[str], version: str, where: str) -> tuple:
+def _parse_tile(question: str, extent: int, answer: list[str], where: str) -> tuple:
     """The factors of a tile answer's words, or a LanguageError saying what is wrong."""
     nums = [int(x) for x in answer]
     if not nums or any(f < 1 for f in nums):
         raise LanguageError(f"{where}: tile {question!r} needs positive ints after '=', "
                             f"got {_show(answer + ['...'], 6)!r}")
-    if version == "v1":
-        prod = 1
-        for f in nums:
-            prod *= f
-        if prod != extent:
-            raise LanguageError(f"{where}: tile {question!r} factors {' '.join(answer)} multiply "
-                                f"to {prod}, not its extent {extent}")
-        return tuple(nums)
     factors, left = [], extent
     for r in nums:
         if left % r:
@@ -354,7 +299,7 @@ def _parse_tile(question: str, extent: int, answer: list[str], version: str, whe
     return tuple(factors)
 
 
-def _parse_decisions(w: list[str], offset: int, version: str) -> list:
+def _parse_decisions(w: list[str], offset: int) -> list:
     decisions, p, n = [], 0, len(w)
     while p < n:
         kw = w[p]
@@ -366,7 +311,7 @@ def _parse_decisions(w: list[str], offset: int, version: str) -> list:
         head = w[p:p + qlen]
         eq = p + qlen                     # where '=' must be
         listed = None
-        if _lists_options([kw], version):  # v3+: the options come before '='
+        if kw in LISTED_KINDS:  # the options come before '='
             while eq < n and w[eq] != "=" and w[eq] not in RESERVED_WORDS:
                 eq += 1
             listed = w[p + qlen:eq]
@@ -376,13 +321,13 @@ def _parse_decisions(w: list[str], offset: int, version: str) -> list:
                                 f"'{'tile <stage.axis> <extent>' if kw == 'tile' else kw + ' <name>'}"
                                 f"{' <options>' if listed is not None else ''} =')")
         if listed == []:
-            raise LanguageError(f"{where}: {version} question {_show(w[p:eq + 1], 8)!r} lists no "
+            raise LanguageError(f"{where}: question {_show(w[p:eq + 1], 8)!r} lists no "
                                 f"options before '='")
         name = head[1]
         if name in _FORBIDDEN_NAMES:
             raise LanguageError(f"{where}: question {kw!r} names a reserved word {name!r}")
         question = f"{kw} {name}"
-        numbered = listed is not None and _numbers_options([kw], version)
+        numbered = kw in NUMBERED_KINDS
         if numbered:
             listed = _numbered_options(listed, question, where)
         a = eq + 1
@@ -392,7 +337,7 @@ def _parse_decisions(w: list[str], offset: int, version: str) -> list:
             e = a
             while e < n and _is_int(w[e]):
                 e += 1
-            decisions.append((question, _parse_tile(question, int(head[2]), w[a:e], version, where)))
+            decisions.append((question, _parse_tile(question, int(head[2]), w[a:e], where)))
             p = e
         else:
             if a >= n:
@@ -415,7 +360,7 @@ def _parse_decisions(w: list[str], offset: int, version: str) -> list:
 
 
 def _numbered_options(listed: list[str], question: str, where: str) -> list[str]:
-    """The options of a v4 numbered list `1 a 2 b ...`, or a LanguageError."""
+    """The options of a numbered list `1 a 2 b ...`, or a LanguageError."""
     if len(listed) % 2 or any(listed[i] != str(i // 2 + 1) for i in range(0, len(listed), 2)):
         raise LanguageError(f"{where}: {question!r} must number its options 1 2 3 ... in order "
                             f"(`1 <option> 2 <option> ...`), got {_show(listed, 8)!r}")
@@ -424,29 +369,13 @@ def _numbered_options(listed: list[str], question: str, where: str) -> list[str]
 
 def sentence_to_trace(sentence) -> Trace:
     """The trace a sentence describes (the prompt is not needed to read it)."""
-    return parse_sentence(sentence)[2]
-
-
-def convert_sentence(sentence, version: str = VERSION, task=None, hw: HardwareParams | None = None) -> str:
-    """The same sentence (prompt and trace) written in language `version`; into v3 or v4 it
-    needs the `task` and `hw` it was written for (to replay the trace for its options)."""
-    _, prompt, trace = parse_sentence(sentence)
-    options = None
-    if _writes_options(version):
-        if task is None or hw is None:
-            raise LanguageError(f"converting a sentence into {version} needs its task and hardware "
-                                f"(the options of its questions come from replaying the trace)")
-        if prompt != task_prompt(task) + hw_prompt(hw):
-            raise LanguageError(f"the sentence was written for another task or hardware than the one "
-                                f"given ({_show(prompt)!r})")
-        options = trace_options(task, hw, trace)
-    return " ".join([BOS, version] + prompt + ["sketch"] + trace_words(trace, version, options) + [EOS])
+    return parse_sentence(sentence)[1]
 
 
 # ------------------------------------------------------------------------ statistics
 
 def sentence_lengths(tasks: Iterable, hw: HardwareParams, n_per_task: int = 4, seed: int = 0,
-                     every_sketch: bool = False, version: str = VERSION) -> list[int]:
+                     every_sketch: bool = False) -> list[int]:
     """Words (= tokens) of random sentences of each task: `n_per_task` random traces,
     plus one per sketch with `every_sketch` (catches the longest sketch)."""
     from ..schedule.decider import RandomDecider
@@ -455,13 +384,11 @@ def sentence_lengths(tasks: Iterable, hw: HardwareParams, n_per_task: int = 4, s
     out = []
     for task in tasks:
         space = SearchSpace(task.outputs, hw)
-        prefix = len(prefix_words(task, hw, version))
+        prefix = len(prefix_words(task, hw))
         traces = [space.sample(rng)[1] for _ in range(n_per_task)]
         if every_sketch:
             traces += [space.apply(k, RandomDecider(rng))[1] for k in range(len(space.sketches))]
-        listed = _writes_options(version)
-        out += [prefix + len(trace_words(t, version, trace_options(task, hw, t) if listed else None)) + 1
-                for t in traces]
+        out += [prefix + len(trace_words(t, trace_options(task, hw, t))) + 1 for t in traces]
     return out
 
 

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import ModelError
-from .language import EOS, QUESTION_KEYWORDS
+from .language import EOS, QUESTION_KEYWORDS, VERSION
 from .tokenizer import Tokenizer
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -80,9 +80,9 @@ def sft(base_dir: str, sentences: Sequence[str], out_dir: str, epochs: float = 4
     base, _ = load_checkpoint(base_dir, expect_vocab_size=tok.vocab_size)
     if not sentences:
         raise ModelError(f"SFT into {out_dir}: no demonstration sentences")
-    # a sentence of the model's version with unknown decision words is skipped; any other
-    # version is refused by the strict encoding below; unknown prompt words read as <unk>
-    spelled = [s for s in sentences if s.split()[1:2] != [tok.version] or not tok.unknown_decisions(s)]
+    # a sentence with unknown decision words is skipped; one of another language version is
+    # refused by the strict encoding below; unknown prompt words read as <unk>
+    spelled = [s for s in sentences if s.split()[1:2] != [VERSION] or not tok.unknown_decisions(s)]
     if len(spelled) < len(sentences) and log:
         # e.g. programs of a sketch rule newer than the vocabulary (a packed input's loops):
         # the model cannot read them, so it cannot learn from them; they stay in the records

@@ -2,13 +2,19 @@
 
 Ids 0..3 are the special tokens <pad> <unk> <s> </s>, then the reserved words of the
 language, then every other word in a fixed order (numbers by value, then names).
-The vocabulary is enumerated from the tasks' schedule spaces, not only from sampled
-data: the prompt words of every task, every question and every answer word of every
-option any question offers (an `OptionRecorder` walks each sketch, going round the
-options of each question until it has taken every one and finds nothing new), every
-sketch id, the small counts 0..16 and every divisor <= 4096 of any extent of the tasks.
-So no valid decision of those tasks is ever <unk>. Saved as one JSON file (`tokenizers`'
-own format); `hash` identifies the vocabulary, to check a checkpoint matches.
+The vocabulary is enumerated from the answer domains of the schedule spaces, never from
+what a sample happened to contain (`language_words`):
+- the hardware prompt of every CPU class at every core count (`target.hardware_variants`)
+  and of this host;
+- for every task, under the hardware whose rules differ (few and many cores, AVX2 and
+  AVX-512): its prompt, every sketch id, every question and the words of every option
+  any question offers (an `OptionRecorder` walks each sketch, going round the options of
+  each question until it has taken every one and finds nothing new);
+- every integer 0..1024 and every divisor of every extent of the tasks (tile answers).
+So no valid decision of those tasks is <unk>, and a rule added later enters the
+vocabulary when the tokenizer is rebuilt (tests/test_vocabulary.py fails until then).
+Saved as one JSON file (`tokenizers`' own format); `hash` identifies the vocabulary, to
+check a checkpoint matches.
 """
 from __future__ import annotations
 
@@ -19,14 +25,17 @@ import random
 from typing import Iterable, Sequence
 
 from ..errors import LanguageError
-from ..runtime.target import HardwareParams
+from ..runtime.target import HardwareParams, hardware_variants, host_hardware
 from ..schedule.decider import Decider
-from .language import RESERVED_WORDS, VERSION, VERSIONS, _is_int, decision_words, prefix_words
+from .language import RESERVED_WORDS, VERSION, _is_int, decision_words, hw_prompt, prefix_words
 
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
 SPECIAL = (PAD, UNK, BOS, EOS)
-MAX_DIVISOR = 4096
-SMALL_INTS = range(0, 17)
+SMALL_INTS = range(0, 1025)
+# the hardware whose rules offer different sketches and options (rfactor depends on the
+# core count, the parallel fuse limit on cores, vectorization on the lanes)
+RULE_HARDWARE = (HardwareParams("cpu", "avx512", 2, 16, 32, 1024),
+                 HardwareParams("cpu", "avx2", 64, 8, 32, 512))
 
 
 class OptionRecorder(Decider):
@@ -43,9 +52,9 @@ class OptionRecorder(Decider):
     TILE_MODES = ("random", "outer-small", "random", "outer-large")
 
     def __init__(self, rng: random.Random, words: set, taken: dict | None = None,
-                 tile_mode: str = "random", version: str = VERSION):
+                 tile_mode: str = "random"):
         super().__init__()
-        self.rng, self.words, self.tile_mode, self.version = rng, words, tile_mode, version
+        self.rng, self.words, self.tile_mode = rng, words, tile_mode
         self.taken = taken if taken is not None else {}
         self.new = 0
 
@@ -55,7 +64,7 @@ class OptionRecorder(Decider):
             if opt not in counts:
                 counts[opt] = 0
                 self.new += 1
-                q, a = decision_words(question, opt, version=self.version, options=options)
+                q, a = decision_words(question, opt, options=options)
                 self.words.update(q)
                 self.words.update(a)
         if question.startswith("tile "):  # every factorization is recorded already
@@ -76,28 +85,25 @@ class OptionRecorder(Decider):
                    for c in counts.values())
 
 
-def _divisors(n: int, limit: int = MAX_DIVISOR) -> set[int]:
+def _divisors(n: int) -> set[int]:
     out = set()
     d = 1
     while d * d <= n:
         if n % d == 0:
-            if d <= limit:
-                out.add(d)
-            if n // d <= limit:
-                out.add(n // d)
+            out.update((d, n // d))
         d += 1
     return out
 
 
 def space_words(task, hw: HardwareParams, samples_per_sketch: int = 2, seed: int = 0,
-                max_walks: int = 64, patience: int = 3, version: str = VERSION) -> set[str]:
+                max_walks: int = 64, patience: int = 3) -> set[str]:
     """Every word a sentence of `task` on `hw` can contain (see the module docstring):
     each sketch is walked by an OptionRecorder at least `samples_per_sketch` times, until
     every option offered (tile sizes aside) has been taken once and `patience` walks in a
     row find nothing new (at most `max_walks`)."""
     from ..ir.dag import ComputeDAG
     from ..schedule.space import SearchSpace
-    words = set(prefix_words(task, hw, version))
+    words = set(prefix_words(task, hw))
     space = SearchSpace(task.outputs, hw)
     words.update(str(k) for k in range(len(space.sketches)))
     rng = random.Random(seed)
@@ -105,7 +111,7 @@ def space_words(task, hw: HardwareParams, samples_per_sketch: int = 2, seed: int
         taken: dict = {}
         quiet = 0  # walks in a row that found nothing new
         for walk in range(max_walks):
-            rec = OptionRecorder(rng, words, taken, OptionRecorder.TILE_MODES[walk % 4], version)
+            rec = OptionRecorder(rng, words, taken, OptionRecorder.TILE_MODES[walk % 4])
             space.apply(k, rec)
             quiet = 0 if rec.new else quiet + 1
             if walk + 1 >= samples_per_sketch and quiet >= patience and not rec.untaken():
@@ -152,12 +158,9 @@ class Tokenizer:
                 raise LanguageError(f"tokenizer has {w!r} at id {self._vocab.get(w)}, expected {i}")
         self.pad_id, self.unk_id, self.bos_id, self.eos_id = range(4)
         self.hash = hashlib.sha256("\n".join(self._words).encode()).hexdigest()[:16]
-        spoken = [v for v in VERSIONS if v in self._vocab]
-        if len(spoken) != 1:
-            raise LanguageError(f"tokenizer vocabulary holds {len(spoken)} version words "
-                                f"({', '.join(spoken) or 'none'}); it must hold exactly one of "
-                                f"{', '.join(VERSIONS)}")
-        self.version = spoken[0]  # the language version of every sentence it encodes
+        if VERSION not in self._vocab:
+            raise LanguageError(f"tokenizer does not speak tensor language {VERSION} (a model of an "
+                                f"older version is retrained: docs/model.md)")
 
     # --- construction
     @classmethod
@@ -167,7 +170,7 @@ class Tokenizer:
         for w in rest:
             if not w or any(c.isspace() for c in w):
                 raise LanguageError(f"vocabulary word {w!r} is not a single word")
-        reserved = [w for w in RESERVED_WORDS if w not in SPECIAL and (w not in VERSIONS or w in words)]
+        reserved = [w for w in RESERVED_WORDS if w not in SPECIAL]
         order = list(SPECIAL) + reserved + rest
         hf = HF(models.WordLevel({w: i for i, w in enumerate(order)}, unk_token=UNK))
         hf.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
@@ -227,9 +230,9 @@ class Tokenizer:
         else:
             wl = list(words)
             ids = [self._vocab.get(w, self.unk_id) for w in wl]
-        if strict and len(ids) > 1 and ids[0] == self.bos_id and wl[1] in VERSIONS and wl[1] != self.version:
-            raise LanguageError(f"a {wl[1]} sentence cannot be encoded by a {self.version} "
-                                f"tokenizer (the model speaks tensor language {self.version})")
+        if strict and len(ids) > 1 and ids[0] == self.bos_id and wl[1] != VERSION:
+            raise LanguageError(f"a sentence of version {wl[1]!r} cannot be encoded (this tlmir "
+                                f"speaks tensor language {VERSION} only)")
         missing = self.covers(wl) if strict and self.unk_id in ids else []  # "<unk>" itself is a word
         if missing:
             raise LanguageError(f"unknown word{'s' if len(missing) > 1 else ''} "
@@ -261,19 +264,23 @@ class Tokenizer:
         return f"Tokenizer({self.vocab_size} words, hash {self.hash})"
 
 
-def build_tokenizer(tasks: Iterable, hw: HardwareParams, sentences: Iterable[str] = (),
-                    samples_per_sketch: int = 2, seed: int = 0, version: str | None = None) -> Tokenizer:
-    """The tokenizer for sentences of `tasks` on `hw` (and for `sentences`), in language
-    `version` (default: the version of `sentences`, else the current one)."""
-    sentences = [s.split() for s in sentences]
-    found = {w[1] for w in sentences if len(w) > 1 and w[1] in VERSIONS}
-    if len(found) > 1 or (version and found and found != {version}):
-        raise LanguageError(f"sentences of versions {', '.join(sorted(found))} cannot share one "
-                            f"tokenizer{f' of version {version}' if version else ''}")
-    version = version or (found.pop() if found else VERSION)
-    words: set[str] = set(SPECIAL) | {w for w in RESERVED_WORDS if w not in VERSIONS} | {version}
+def language_words(tasks: Iterable, hw: HardwareParams | None = None, samples_per_sketch: int = 2,
+                   seed: int = 0) -> set[str]:
+    """Every word of the language of `tasks` (see the module docstring); `hw` (default:
+    this host) joins the hardware whose rules are walked."""
+    host = hw or host_hardware()
+    words: set[str] = set(SPECIAL) | set(RESERVED_WORDS)
+    for variant in (*hardware_variants(), host):
+        words.update(hw_prompt(variant))
+    words.update(str(i) for i in SMALL_INTS)
+    rule_hw = list(dict.fromkeys((*RULE_HARDWARE, host)))
     for task in tasks:
-        words |= space_words(task, hw, samples_per_sketch, seed, version=version)
-    for s in sentences:
-        words.update(s)
-    return Tokenizer.from_words(words)
+        for variant in rule_hw:
+            words |= space_words(task, variant, samples_per_sketch, seed)
+    return words
+
+
+def build_tokenizer(tasks: Iterable, hw: HardwareParams | None = None, samples_per_sketch: int = 2,
+                    seed: int = 0) -> Tokenizer:
+    """The tokenizer of the language of `tasks` (`language_words`)."""
+    return Tokenizer.from_words(language_words(tasks, hw, samples_per_sketch, seed))

@@ -28,6 +28,7 @@ import os
 import time
 from typing import Callable
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
@@ -45,53 +46,83 @@ _STATE_FORMAT = "tlmir-train-state"
 
 # -- data ----------------------------------------------------------------------------------
 
-class _Data:
-    """Sequences as tensors: inputs seq[:-1], targets seq[1:] with -100 where not scored."""
+class Packed:
+    """Token-id sequences stored flat: sequence i is ids[offsets[i]:offsets[i + 1]]. A corpus
+    of a million sentences is two numpy arrays, not a million tensors."""
 
-    def __init__(self, sequences, config: GPTConfig, loss_mask, what: str):
-        self.inputs: list[torch.Tensor] = []
-        self.targets: list[torch.Tensor] = []
-        self.scored = 0
-        for i, seq in enumerate(sequences):
-            seq = list(seq)
-            if len(seq) < 2:
-                raise ModelError(f"{what} sequence {i} has {len(seq)} tokens; at least 2 are needed")
-            if len(seq) - 1 > config.block_size:
-                raise ModelError(f"{what} sequence {i} has {len(seq)} tokens; block_size "
-                                 f"{config.block_size} allows at most {config.block_size + 1}")
-            t = torch.tensor(seq, dtype=torch.long)
-            lo, hi = int(t.min()), int(t.max())
-            if lo < 0 or hi >= config.vocab_size:
-                raise ModelError(f"{what} sequence {i} holds token id {lo if lo < 0 else hi}, "
-                                 f"outside the vocabulary 0..{config.vocab_size - 1}")
-            y = t[1:].clone()
-            if loss_mask is not None:
-                m = [bool(b) for b in loss_mask(seq)]
-                if len(m) == len(seq):
-                    m = m[1:]
-                elif len(m) != len(seq) - 1:
-                    raise ModelError(f"loss_mask gave {len(m)} flags for {what} sequence {i} of "
-                                     f"{len(seq)} tokens (expected {len(seq)} or {len(seq) - 1})")
-                y[~torch.tensor(m, dtype=torch.bool)] = -100
-            self.inputs.append(t[:-1])
-            self.targets.append(y)
-            self.scored += int((y != -100).sum())
+    def __init__(self, ids: np.ndarray, offsets: np.ndarray):
+        self.ids, self.offsets = ids, offsets.astype(np.int64)
+
+    @classmethod
+    def of(cls, sequences) -> "Packed":
+        if isinstance(sequences, Packed):
+            return sequences
+        seqs = [np.asarray(list(s), dtype=np.int64) for s in sequences]
+        offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
+        offsets[1:] = np.cumsum([len(s) for s in seqs])
+        return cls(np.concatenate(seqs) if seqs else np.zeros(0, np.int64), offsets)
 
     def __len__(self) -> int:
-        return len(self.inputs)
+        return len(self.offsets) - 1
+
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.ids[self.offsets[i]:self.offsets[i + 1]]
+
+
+class _Data:
+    """Sequences for training: inputs seq[:-1], targets seq[1:] with -100 where not scored."""
+
+    def __init__(self, sequences, config: GPTConfig, loss_mask, what: str):
+        self.seqs = Packed.of(sequences)
+        lengths = self.seqs.lengths()
+        self.lengths = lengths - 1                 # input tokens of each sequence
+        if len(lengths) and lengths.min() < 2:
+            i = int(np.argmin(lengths))
+            raise ModelError(f"{what} sequence {i} has {lengths[i]} tokens; at least 2 are needed")
+        if len(lengths) and lengths.max() - 1 > config.block_size:
+            i = int(np.argmax(lengths))
+            raise ModelError(f"{what} sequence {i} has {lengths[i]} tokens; block_size "
+                             f"{config.block_size} allows at most {config.block_size + 1}")
+        ids = self.seqs.ids
+        if ids.size and (ids.min() < 0 or ids.max() >= config.vocab_size):
+            bad = ids[(ids < 0) | (ids >= config.vocab_size)][0]
+            i = int(np.searchsorted(self.seqs.offsets, int(np.argmax(ids == bad)), side="right")) - 1
+            raise ModelError(f"{what} sequence {i} holds token id {bad}, "
+                             f"outside the vocabulary 0..{config.vocab_size - 1}")
+        self.scored_flags = np.ones(ids.size, dtype=bool)  # flag of token t: is it predicted?
+        self.scored_flags[self.seqs.offsets[:-1]] = False
+        if loss_mask is not None:
+            for i in range(len(self.seqs)):
+                seq = self.seqs[i].tolist()
+                m = [bool(b) for b in loss_mask(seq)]
+                if len(m) == len(seq) - 1:
+                    m = [False] + m
+                elif len(m) != len(seq):
+                    raise ModelError(f"loss_mask gave {len(m)} flags for {what} sequence {i} of "
+                                     f"{len(seq)} tokens (expected {len(seq)} or {len(seq) - 1})")
+                m[0] = False
+                self.scored_flags[self.seqs.offsets[i]:self.seqs.offsets[i + 1]] = m
+        self.scored = int(self.scored_flags.sum())
+
+    def __len__(self) -> int:
+        return len(self.seqs)
 
     def batch(self, rows, pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor, int]:
         """(inputs [B, T], targets [B, T], number of real input tokens), padded to the longest."""
-        width = max(self.inputs[r].numel() for r in rows)
-        x = torch.full((len(rows), width), pad_id, dtype=torch.long)
-        y = torch.full((len(rows), width), -100, dtype=torch.long)
+        width = int(max(self.lengths[r] for r in rows))
+        x = np.full((len(rows), width), pad_id, dtype=np.int64)
+        y = np.full((len(rows), width), -100, dtype=np.int64)
         real = 0
         for i, r in enumerate(rows):
-            n = self.inputs[r].numel()
-            x[i, :n] = self.inputs[r]
-            y[i, :n] = self.targets[r]
+            lo, hi = self.seqs.offsets[r], self.seqs.offsets[r + 1]
+            n = int(hi - lo - 1)
+            x[i, :n] = self.seqs.ids[lo:hi - 1]
+            y[i, :n] = np.where(self.scored_flags[lo + 1:hi], self.seqs.ids[lo + 1:hi], -100)
             real += n
-        return x.to(device), y.to(device), real
+        return torch.from_numpy(x).to(device), torch.from_numpy(y).to(device), real
 
 
 class _Order:
@@ -132,7 +163,7 @@ def evaluate(model: GPT, data: _Data, pad_id: int, batch_size: int, device) -> f
     was_training = model.training
     model.eval()
     total, count = 0.0, 0
-    order = sorted(range(len(data)), key=lambda r: data.inputs[r].numel())  # little padding
+    order = np.argsort(data.lengths, kind="stable").tolist()  # little padding
     for i in range(0, len(order), batch_size):
         x, y, _ = data.batch(order[i:i + batch_size], pad_id, device)
         logits, _ = model(x)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import os
+import dataclasses
 from dataclasses import asdict, dataclass
 
 from ..errors import ScheduleError
@@ -27,6 +28,28 @@ class HardwareParams:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+# CPU classes the tensor language is trained to speak of (sampling varies the core count
+# over CORE_COUNTS as well). L1d / L2 are per core, as `host_hardware` reads them.
+CPU_CLASSES: dict[str, HardwareParams] = {
+    "haswell": HardwareParams("cpu", "avx2", 4, 8, 32, 256),
+    "skylake-client": HardwareParams("cpu", "avx2", 4, 8, 32, 256),
+    "alder-lake": HardwareParams("cpu", "avx2", 8, 8, 48, 1280),
+    "zen2": HardwareParams("cpu", "avx2", 8, 8, 32, 512),
+    "zen3": HardwareParams("cpu", "avx2", 8, 8, 32, 512),
+    "skylake-sp": HardwareParams("cpu", "avx512", 16, 16, 32, 1024),
+    "ice-lake-sp": HardwareParams("cpu", "avx512", 16, 16, 48, 1280),
+    "sapphire-rapids": HardwareParams("cpu", "avx512", 16, 16, 48, 2048),
+    "zen4": HardwareParams("cpu", "avx512", 16, 16, 32, 1024),
+    "zen5": HardwareParams("cpu", "avx512", 16, 16, 48, 1024),
+}
+CORE_COUNTS = tuple(range(1, 65))   # the core counts a hardware prompt may say
+
+
+def hardware_variants() -> list[HardwareParams]:
+    """Every CPU class at every core count of CORE_COUNTS: the hardware the language covers."""
+    return [dataclasses.replace(hw, cores=c) for hw in CPU_CLASSES.values() for c in CORE_COUNTS]
 
 
 @dataclass(frozen=True)

@@ -6,23 +6,32 @@
     split_tasks("held-out")      -> distinct tasks of the held-out networks
     describe()                   -> a table: network, split, #tasks, weighted GFLOP
 
-Networks are batch 1 unless their name says ``-b2`` / ``-b4`` / ``-b8``; CNNs take 224x224
-images (Inception-v3 299x299) unless the name says ``-160``; transformers use seq 128
-unless the name says ``-seqN`` (ViT: 197 tokens). How layers map to subgraphs: see
-`cnn`, `transformer` and `others`.
+Names encode the shape of a network beside its family's defaults, in this order:
+``-w<width>`` (MobileNetV1 width multiplier, default 1.0), ``-seq<N>`` (transformer
+sequence length, default 128, LLaMA prefill's prompt length), ``-b<N>`` (batch, default 1),
+``-<N>`` (N x N input image: CNNs 224, Inception-v3 299, ViT 224; ViT's sequence is
+(image / 16)^2 + 1 tokens). E.g. ``resnet-18-b4-192``, ``mobilenet-v1-w0.5-b2-160``,
+``bert-small-seq64-b2``, ``vit-ti16-384``, ``llama-13b-prefill-seq64``. Besides the
+explicit entries, the training networks include the shape variants the TLM paper trains
+on (batch sizes, sequence lengths, image sizes, widths), generated from the VARIANTS
+table. How layers map to subgraphs: see `cnn`, `transformer` and `others`.
 
 The split is by whole network. HELD_OUT is the TLM paper's held-out set (ResNet-50,
 MobileNetV2, ResNeXt-50, BERT-tiny/base/large, DenseNet-121, DCGAN) plus LLaMA-7B decode:
 decode is a different regime from everything in training (M = 1 matrix-vector denses,
 one-row attention over a KV cache, memory-bound), so it tests whether a cost model
-trained on prefill-shaped GEMMs extrapolates to decode shapes, while LLaMA-7B prefill
-stays in training. The held-out networks' architectures also stay out of training at
-other batch sizes. Any training task whose key also occurs in a held-out network (e.g. a
-ResNet-18 3x3 conv that ResNet-50 shares) is dropped from the training split.
+trained on prefill-shaped GEMMs extrapolates to decode shapes, while LLaMA prefill
+stays in training. The held-out networks' architectures stay out of training at every
+batch size, sequence length and image size. Any training task whose key also occurs in
+a held-out network (e.g. a ResNet-18 3x3 conv that ResNet-50 shares) is dropped from the
+training split.
 """
 from __future__ import annotations
 
-from functools import partial
+import copy
+import inspect
+from functools import lru_cache, partial
+from itertools import product
 from typing import Callable
 
 from ..errors import DefinitionError
@@ -84,6 +93,78 @@ NETWORKS: dict[str, Callable[[], list[tuple[Task, float]]]] = {
 }
 
 
+# ---- train: shape variants, generated. A grid maps builder parameters to the values to
+# take (all combinations); several grids per family give a ragged table. Every variant
+# the explicit entries above already name is left to them. ResNet-34 repeats ResNet-18's
+# layer shapes (as BERT-medium does BERT-small's): it adds weight, not distinct tasks.
+BERT_MINI = dict(layers=4, hidden=256, heads=4)
+BERT_SMALL = dict(layers=4, hidden=512, heads=8)
+GPT2_MEDIUM = dict(layers=24, hidden=1024, heads=16)
+LLAMA_13B = dict(hidden=5120, heads=40, ffn=13824)
+_B4, _B5 = (1, 2, 4, 8), (1, 2, 4, 8, 16)
+
+VARIANTS: tuple[tuple[str, Callable, dict, tuple[dict, ...]], ...] = (
+    # family, builder, fixed keyword arguments, grids
+    ("resnet-18", cnn.resnet18, {},
+     ({"n": _B5, "image": (160, 224)}, {"n": (1, 4), "image": (128, 192, 256)})),
+    ("resnet-34", cnn.resnet34, {}, ({"n": (1, 4), "image": (160, 224)},)),
+    ("vgg-11", cnn.vgg, {"cfg": cnn.VGG11}, ({"n": (1, 2), "image": (160, 224)},)),
+    ("vgg-13", cnn.vgg, {"cfg": cnn.VGG13}, ({"n": (1, 2), "image": (128, 224)},)),
+    ("vgg-16", cnn.vgg, {}, ({"n": (1, 2, 4), "image": (128, 160, 192, 224)},)),
+    ("vgg-19", cnn.vgg, {"cfg": cnn.VGG19}, ({"n": (1, 2), "image": (192, 224)},)),
+    ("inception-v3", cnn.inception_v3, {}, ({"n": _B4},)),
+    ("squeezenet-1.1", cnn.squeezenet1_1, {},
+     ({"n": _B4, "image": (160, 224)}, {"image": (128, 192)})),
+    ("mobilenet-v1", cnn.mobilenet_v1, {},
+     ({"width": (0.5, 0.75, 1.0), "image": (128, 160, 192, 224)},
+      {"width": (0.5, 1.0), "n": (2, 8), "image": (160, 224)})),
+    ("bert-mini", transformer.bert, BERT_MINI,
+     ({"seq": (32, 64, 128, 256, 384, 512), "batch": _B4},)),
+    ("bert-small", transformer.bert, BERT_SMALL,
+     ({"seq": (32, 64, 128, 256, 384, 512), "batch": _B4},)),
+    ("gpt-2", transformer.gpt2, {},
+     ({"seq": (32, 64, 128), "batch": _B4}, {"seq": (256, 512, 1024)})),
+    ("gpt-2-medium", transformer.gpt2, GPT2_MEDIUM,
+     ({"seq": (32, 64, 128), "batch": (1, 2)}, {"seq": (256, 512)})),
+    ("vit-ti16", transformer.vit, dict(hidden=192, heads=3),
+     ({"image": (224, 384), "batch": _B4},)),
+    ("vit-s16", transformer.vit, dict(hidden=384, heads=6),
+     ({"image": (224, 384), "batch": _B4},)),
+    ("vit-b16", transformer.vit, {}, ({"image": (224, 384), "batch": (1, 2, 4)},)),
+    ("vit-l16", transformer.vit, dict(layers=24, hidden=1024, heads=16),
+     ({"image": (224, 384), "batch": (1, 2)},)),
+    ("llama-7b-prefill", transformer.llama_prefill, {}, ({"seq": (32, 64, 128, 256, 512)},)),
+    ("llama-13b-prefill", transformer.llama_prefill, LLAMA_13B, ({"seq": (32, 64, 128)},)),
+)
+
+
+def variant_name(family: str, builder: Callable, params: dict) -> str:
+    """`family` plus ``-w<width>``, ``-seq<seq>``, ``-b<batch>``, ``-<image>`` for each of
+    those parameters in `params` that differs from `builder`'s default."""
+    default = {k: p.default for k, p in inspect.signature(builder).parameters.items()}
+    suffix = {"width": "-w{:g}", "seq": "-seq{}", "n": "-b{}", "batch": "-b{}", "image": "-{}"}
+    return family + "".join(fmt.format(params[k]) for k, fmt in suffix.items()
+                            if k in params and params[k] != default[k])
+
+
+def variants() -> dict[str, tuple[Callable, dict]]:
+    """name -> (builder, keyword arguments) of every variant of the VARIANTS table."""
+    out: dict[str, tuple[Callable, dict]] = {}
+    for family, builder, fixed, grids in VARIANTS:
+        for grid in grids:
+            for values in product(*grid.values()):
+                params = dict(zip(grid, values))
+                name = variant_name(family, builder, params)
+                if name in out:
+                    raise DefinitionError(f"variant {name!r} is generated twice")
+                out[name] = (builder, {**fixed, **params})
+    return out
+
+
+NETWORKS.update({name: _net(builder, **kw) for name, (builder, kw) in variants().items()
+                 if name not in NETWORKS})
+
+
 def network_tasks(name: str) -> list[tuple[Task, float]]:
     """The (task, weight) list of network `name`."""
     if name not in NETWORKS:
@@ -111,17 +192,24 @@ def _merged(names) -> dict[str, Task]:
     return out
 
 
+@lru_cache(maxsize=4)
+def _split(split: str, networks: tuple, held_out: tuple) -> tuple[Task, ...]:
+    held = _merged(held_out)
+    if split == "held-out":
+        return tuple(held.values())
+    train = _merged(n for n, _ in networks if n not in held_out)
+    return tuple(t for k, t in train.items() if k not in held)
+
+
 def split_tasks(split: str) -> list[Task]:
     """The distinct tasks (by key) of the networks in `split` ("train" or "held-out"), each
     with its weight summed over those networks, in registry then layer order. Training
-    tasks whose key occurs in a held-out network are left out."""
+    tasks whose key occurs in a held-out network are left out. The split is built once
+    per registry state; each call returns fresh (shallow) copies of its tasks, so a caller
+    may change a task's weight without affecting later calls."""
     if split not in SPLITS:
         raise DefinitionError(f"unknown split {split!r}; splits: {', '.join(SPLITS)}")
-    held = _merged(HELD_OUT)
-    if split == "held-out":
-        return list(held.values())
-    train = _merged(n for n in NETWORKS if n not in HELD_OUT)
-    return [t for k, t in train.items() if k not in held]
+    return [copy.copy(t) for t in _split(split, tuple(NETWORKS.items()), tuple(HELD_OUT))]
 
 
 def describe() -> str:

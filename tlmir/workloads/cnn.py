@@ -55,6 +55,10 @@ def resnet18(n: int = 1, image: int = 224) -> Net:
     return resnet((2, 2, 2, 2), False, n, image)
 
 
+def resnet34(n: int = 1, image: int = 224) -> Net:
+    return resnet((3, 4, 6, 3), False, n, image)
+
+
 def resnet50(n: int = 1) -> Net:
     return resnet((3, 4, 6, 3), True, n)
 
@@ -85,13 +89,14 @@ def mobilenet_v2(n: int = 1, image: int = 224) -> Net:
     return net
 
 
-def mobilenet_v1(n: int = 1, image: int = 224) -> Net:
+def mobilenet_v1(n: int = 1, image: int = 224, width: float = 1.0) -> Net:
+    """MobileNetV1 with width multiplier `width` (every layer has int(channels * width))."""
     net = Net(n)
-    c, h, w = net.conv(3, image, image, 32, 3, stride=2, padding=1)
+    c, h, w = net.conv(3, image, image, int(32 * width), 3, stride=2, padding=1)
     for out, stride in [(64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2)] + \
             [(512, 1)] * 5 + [(1024, 2), (1024, 1)]:
         c, h, w = net.depthwise(c, h, w, 3, stride=stride, padding=1)
-        c, h, w = net.conv(c, h, w, out, 1)
+        c, h, w = net.conv(c, h, w, int(out * width), 1)
     c, h, w = net.global_pool(c, h, w)
     net.dense(n, 1000, c)
     return net
@@ -173,12 +178,17 @@ def inception_v3(n: int = 1) -> Net:
 
 # ------------------------------------------------------------------ VGG, SqueezeNet
 
+VGG11 = (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M")
+VGG13 = (64, 64, "M", 128, 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M")
 VGG16 = [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"]
+VGG19 = (64, 64, "M", 128, 128, "M", 256, 256, 256, 256, "M", 512, 512, 512, 512, "M",
+         512, 512, 512, 512, "M")
 
 
-def vgg(cfg=tuple(VGG16), n: int = 1) -> Net:
+def vgg(cfg=tuple(VGG16), n: int = 1, image: int = 224) -> Net:
+    """VGG (no BN) from its layer table: ints are 3x3 conv widths, "M" a 2x2 max pool."""
     net = Net(n)
-    c, h, w = 3, 224, 224
+    c, h, w = 3, image, image
     for v in cfg:
         if v == "M":
             c, h, w = net.pool("max", c, h, w, 2)
@@ -190,10 +200,11 @@ def vgg(cfg=tuple(VGG16), n: int = 1) -> Net:
     return net
 
 
-def squeezenet1_1(n: int = 1) -> Net:
-    """torchvision squeezenet1_1 (its ceil-mode max pools give the floor-mode sizes here)."""
+def squeezenet1_1(n: int = 1, image: int = 224) -> Net:
+    """torchvision squeezenet1_1 (its ceil-mode max pools give the floor-mode sizes here
+    for images that are multiples of 32)."""
     net = Net(n)
-    c, h, w = net.conv(3, 224, 224, 64, 3, stride=2)
+    c, h, w = net.conv(3, image, image, 64, 3, stride=2)
     c, h, w = net.pool("max", c, h, w, 3, stride=2)
     for fire in [(16, 64), (16, 64), "M", (32, 128), (32, 128), "M",
                  (48, 192), (48, 192), (64, 256), (64, 256)]:

@@ -92,3 +92,10 @@ def llama_layer(seq: int, kv_len: int, batch: int = 1, hidden: int = 4096, heads
     net.silu_mul(M, ffn)
     net.dense(M, hidden, ffn, bias=False)                                 # down
     return net
+
+
+def llama_prefill(seq: int = 128, batch: int = 1, hidden: int = 4096, heads: int = 32,
+                  ffn: int = 11008) -> Net:
+    """One LLaMA decoder layer over a `seq`-token prompt (kv_len = seq); LLaMA-7B sizes
+    by default, LLaMA-13B with hidden 5120, heads 40, ffn 13824."""
+    return llama_layer(seq, seq, batch, hidden=hidden, heads=heads, ffn=ffn)
