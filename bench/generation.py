@@ -65,7 +65,7 @@ def main() -> None:
     model, tok, meta = load_model(a.model)
     hw = host_hardware()
     print(f"# model {a.model}: {sum(x.numel() for x in model.parameters()):,} parameters, "
-          f"vocab {tok.vocab_size}, language {tok.version}")
+          f"vocab {tok.vocab_size}")
     how = f"T={a.temperature}" + (f" top-p {a.top_p}" if a.top_p < 1 else "") + (
         f" top-k {a.top_k}" if a.top_k else "")
     total = {m: 0 for m in MODES["both"]}

@@ -132,8 +132,9 @@ def test_iterate_resumes_after_sigkill_without_repeating_measurements(tmp_path):
     proc.wait()
     assert before, "the run measured nothing before it was killed"
     tasks = [Task.from_op(ops.matmul(32, 32, 32)), Task.from_op(ops.softmax(8, 64))]
+    archive = str(tmp_path / "archive")
     res = Iteration(str(out), "base", tasks, IterateConfig(rounds=2, per_task=4, batches=1, sft_epochs=1),
-                    log=None).run()
+                    log=None, archive=archive).run()
     with RecordDB(str(db_path)) as db:
         after = db.records()
         ids = {r.id: r.trace for r in after}
@@ -153,6 +154,11 @@ def test_iterate_resumes_after_sigkill_without_repeating_measurements(tmp_path):
     model, tok, _ = load_model(str(out))  # the run directory is now a model
     assert tok.vocab_size == model.config.vocab_size
     assert (out / "curve.png").stat().st_size > 0
+    # a new machine: an empty run directory resumes from the archive kept in the repository
+    fresh = Iteration(str(tmp_path / "fresh"), "base", tasks, IterateConfig(rounds=2, per_task=4, batches=1,
+                      sft_epochs=1), log=None, archive=archive)
+    assert sorted(r.trace for r in fresh.db.records()) == sorted(r.trace for r in after)
+    assert fresh.progress["done"] == prog["done"] and fresh.progress["curve"] == prog["curve"]
 
 
 def test_eval_reports_framework_sums_and_speedups(tmp_path):

@@ -50,10 +50,8 @@ def cmd_sample(args) -> None:
 
 
 def cmd_tokenizer_build(args) -> None:
-    from ..workloads import split_tasks
-    from .tokenizer import build_tokenizer
-    tasks = split_tasks("train") + split_tasks("held-out")
-    tok = build_tokenizer(tasks, host_hardware())
+    from .tokenizer import build_splits_tokenizer
+    tok = build_splits_tokenizer(workers=args.workers)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     tok.save(args.out)
     print(f"tokenizer with {tok.vocab_size} words -> {args.out}")
@@ -101,7 +99,7 @@ def cmd_train_pretrain(args) -> None:
     stats = pretrain(enc, venc, config, args.out, tok.pad_id, steps=args.steps, batch_size=args.batch_size,
                      lr=args.lr, warmup=args.warmup, time_limit=args.time_limit, eval_every=args.eval_every,
                      init_from=model_dir(args.init_from) if args.init_from else None,
-                     device=args.device, threads=args.threads)
+                     device=args.device, threads=args.threads, bf16=args.bf16)
     print(json.dumps(stats, indent=1))
 
 
@@ -119,10 +117,12 @@ def cmd_iterate(args) -> None:
     passive_openmp()
     from ..workloads import split_tasks
     from .iterate import IterateConfig, Iteration
-    tasks = [t for t in split_tasks(args.split) if t.flops <= args.max_gflop * 1e9][: args.limit]
+    from .iterate import spread
+    tasks = [t for t in split_tasks(args.split) if t.flops <= args.max_gflop * 1e9]
+    tasks = spread(tasks, args.tasks) if args.tasks else tasks
     cfg = IterateConfig(rounds=args.rounds, per_task=args.per_task, batches=args.batches,
                         sft_epochs=args.sft_epochs, seed=args.seed)
-    res = Iteration(args.out, args.model, tasks, cfg).run()
+    res = Iteration(args.out, args.model, tasks, cfg, archive=args.archive).run()
     last = res["curve"][-1]
     print(f"final model {res['out']} (from {res['final_model']}); normalized latency "
           f"{last['normalized_latency']:.4f} after {last['measurements']} measurements; "
@@ -203,6 +203,7 @@ def add_parsers(sub, op_args) -> None:
     tb = tks.add_parser("build", help="the vocabulary of the schedule spaces of both splits, "
                                       "on every CPU class")
     tb.add_argument("--out", required=True)
+    tb.add_argument("--workers", type=int, default=0, help="processes (default: all cores)")
     tb.set_defaults(fn=cmd_tokenizer_build)
     tr = sub.add_parser("train", help="train the tensor language model")
     trs = tr.add_subparsers(dest="what", required=True)
@@ -221,6 +222,7 @@ def add_parsers(sub, op_args) -> None:
     pt.add_argument("--val-max", type=int, default=2048, help="validation sentences at most")
     pt.add_argument("--threads", type=int, help="torch threads (default: all cores)")
     pt.add_argument("--device", default="cpu", help="cpu or cuda")
+    pt.add_argument("--bf16", action="store_true", help="bfloat16 autocast (float32 weights)")
     pt.add_argument("--time-limit", type=float)
     pt.add_argument("--init-from", help="start a new run from this model's weights (e.g. base)")
     pt.set_defaults(fn=cmd_train_pretrain)
@@ -241,7 +243,10 @@ def add_parsers(sub, op_args) -> None:
     it.add_argument("--per-task", type=int, default=8, help="programs measured per task and round")
     it.add_argument("--batches", type=int, default=4, help="the tasks are measured in this many batches")
     it.add_argument("--max-gflop", type=float, default=1.0, help="leave out tasks larger than this")
-    it.add_argument("--limit", type=int, help="only the first N tasks")
+    it.add_argument("--tasks", type=int, help="only N tasks, spread evenly over the op types and sizes")
+    it.add_argument("--archive", help="directory in the repository that keeps the measurements "
+                                      "(records.jsonl.xz) and progress after every round; a new "
+                                      "machine's run resumes from it")
     it.add_argument("--sft-epochs", type=float, default=8.0)
     it.add_argument("--seed", type=int, default=0)
     it.set_defaults(fn=cmd_iterate)

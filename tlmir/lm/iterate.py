@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable
 
 from ..errors import TlmirError
-from ..runtime.records import RecordDB
+from ..runtime.records import RecordDB, export_jsonl, import_jsonl
 from ..runtime.target import HardwareParams, SearchParams, host_hardware
 from ..schedule.decider import Trace
 from ..schedule.lower import lower
@@ -48,6 +48,7 @@ from .language import trace_to_sentence
 
 STRATEGY = "iterate"
 PROGRESS = "progress.json"
+ARCHIVE_RECORDS = "records.jsonl.xz"
 MODEL_FILES = ("config.json", "model.safetensors", "tokenizer.json")
 
 
@@ -75,6 +76,15 @@ def task_type(task) -> str:
             break
         words.append(w)
     return "_".join(words) or task.name
+
+
+def spread(tasks: list, n: int) -> list:
+    """n of `tasks`, taken at even steps through them sorted by type, FLOPs and key: every
+    type keeps its share, small and large."""
+    order = sorted(tasks, key=lambda t: (task_type(t), t.flops, t.key))
+    if n >= len(order):
+        return order
+    return [order[i * len(order) // n] for i in range(n)]
 
 
 def task_batches(tasks: list, k: int) -> list[list]:
@@ -113,7 +123,7 @@ def _sft_process(base: str, sentences: list, out_dir: str, cfg: dict, log_path: 
 class Iteration:
     def __init__(self, out: str, base: str, tasks: list, config: IterateConfig | None = None,
                  hw: HardwareParams | None = None, sp: SearchParams | None = None,
-                 log: Callable[[str], None] | None = print):
+                 log: Callable[[str], None] | None = print, archive: str | None = None):
         from .commands import TOKENIZER_FILE, model_dir
         from .tokenizer import Tokenizer
         self.out, self.base = out, model_dir(base)
@@ -128,6 +138,9 @@ class Iteration:
         self.log = log or (lambda m: None)
         os.makedirs(out, exist_ok=True)
         self._t0 = time.monotonic()
+        self.archive = archive
+        if archive:
+            self._restore()
         self.progress = self._load_progress()
         self.batches = self._batches()
         self.db = RecordDB(os.path.join(out, "records.db"))
@@ -344,6 +357,28 @@ class Iteration:
         self.log(f"[iterate] after round {rnd}: {pt['measurements']} measurements, normalized "
                  f"latency {pt['normalized_latency']:.4f}, {pt['wall_seconds']:.0f}s")
         self._plot()
+        if self.archive:
+            self._save_archive()
+
+    # ------------------------------------------------------------------ archive
+    def _save_archive(self) -> None:
+        """Copy the measurements and progress into `archive` (a directory kept in the
+        repository: measurements cost hours, a new machine resumes from them)."""
+        os.makedirs(self.archive, exist_ok=True)
+        n = export_jsonl(self.db, os.path.join(self.archive, ARCHIVE_RECORDS))
+        shutil.copyfile(os.path.join(self.out, PROGRESS), os.path.join(self.archive, PROGRESS + ".tmp"))
+        os.replace(os.path.join(self.archive, PROGRESS + ".tmp"), os.path.join(self.archive, PROGRESS))
+        self.log(f"[iterate] archived {n} measurements and the progress to {self.archive}")
+
+    def _restore(self) -> None:
+        """A run directory without progress starts from the archive's, if there is one."""
+        src = os.path.join(self.archive, PROGRESS)
+        if os.path.exists(os.path.join(self.out, PROGRESS)) or not os.path.exists(src):
+            return
+        with RecordDB(os.path.join(self.out, "records.db")) as db:
+            n = import_jsonl(os.path.join(self.archive, ARCHIVE_RECORDS), db)
+        shutil.copyfile(src, os.path.join(self.out, PROGRESS))
+        self.log(f"[iterate] resumed from the archive {self.archive}: {n} measurements")
 
     def _plot(self) -> None:
         from matplotlib.backends.backend_agg import FigureCanvasAgg

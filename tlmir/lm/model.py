@@ -33,11 +33,13 @@ import torch.nn.functional as F
 
 from ..errors import ModelError
 
-# Shape hyper-parameters of the named model sizes. "tiny" pre-trains ~10M tokens on two
-# CPU cores in well under an hour; "gpt2-small" is the paper's (GPT-2 124M) shape.
+# Shape hyper-parameters of the named model sizes (parameters without the embeddings):
+# tiny 0.8 M, mini 4.7 M, small 10.6 M, medium 25 M, gpt2-small 85 M (the paper's GPT-2).
 PRESETS: dict[str, dict] = {
     "tiny": dict(n_layer=4, n_head=4, n_embd=128),
+    "mini": dict(n_layer=6, n_head=8, n_embd=256),
     "small": dict(n_layer=6, n_head=6, n_embd=384),
+    "medium": dict(n_layer=8, n_head=8, n_embd=512),
     "gpt2-small": dict(n_layer=12, n_head=12, n_embd=768),
 }
 

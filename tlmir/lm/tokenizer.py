@@ -284,3 +284,22 @@ def build_tokenizer(tasks: Iterable, hw: HardwareParams | None = None, samples_p
                     seed: int = 0) -> Tokenizer:
     """The tokenizer of the language of `tasks` (`language_words`)."""
     return Tokenizer.from_words(language_words(tasks, hw, samples_per_sketch, seed))
+
+
+def _share_words(args: tuple) -> set[str]:
+    """Worker: the language words of tasks start, start + step, ... of a split."""
+    from ..workloads import split_tasks
+    split, start, step, hw = args
+    return language_words(split_tasks(split)[start::step], hw)
+
+
+def build_splits_tokenizer(splits: Sequence[str] = ("train", "held-out"), hw: HardwareParams | None = None,
+                           workers: int = 0) -> Tokenizer:
+    """The tokenizer of the language of every task of `splits`, walked in `workers` processes."""
+    import multiprocessing as mp
+    workers = workers or os.cpu_count() or 1
+    hw = hw or host_hardware()
+    shares = [(split, i, workers, hw) for split in splits for i in range(workers)]
+    with mp.get_context("spawn").Pool(workers) as pool:
+        parts = pool.map(_share_words, shares)
+    return Tokenizer.from_words(set().union(*parts))

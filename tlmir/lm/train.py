@@ -251,13 +251,15 @@ def _plot(history: list[dict], path: str) -> None:
 
 # -- the training loop ---------------------------------------------------------------------
 
-def pretrain(sequences: list[list[int]], val_sequences: list[list[int]], config: GPTConfig,
+def pretrain(sequences, val_sequences, config: GPTConfig,
              out_dir: str, pad_id: int, steps: int, batch_size: int = 32, lr: float = 3e-4,
              warmup: int = 100, weight_decay: float = 0.1, seed: int = 0, eval_every: int = 200,
              log: Callable[[str], None] | None = print, loss_mask: Callable | None = None,
              init_from: str | None = None, time_limit: float | None = None,
-             extra: dict | None = None, device: str = "cpu", threads: int | None = None) -> dict:
-    """Train (or resume training) a GPT on token-id sequences; returns the final stats.
+             extra: dict | None = None, device: str = "cpu", threads: int | None = None,
+             bf16: bool = False) -> dict:
+    """Train (or resume training) a GPT on token-id sequences (lists, or a `Packed`);
+    returns the final stats.
 
     `loss_mask(seq)` -> flags, one per token of seq (flag i: is token i scored, i.e.
     predicted from seq[:i]; flag 0 is ignored) or one per target (seq[1:]).
@@ -265,7 +267,9 @@ def pretrain(sequences: list[list[int]], val_sequences: list[list[int]], config:
     resuming). `time_limit`: seconds after which training stops, checkpointed, at the
     end of the current step. `extra`: more JSON stored in the checkpoint's config.json.
     `threads`: torch intra-op threads while training (default os.cpu_count(); the
-    previous setting is restored on return).
+    previous setting is restored on return). `bf16`: forward passes under bfloat16
+    autocast (weights, gradients and optimizer state stay float32); on a CPU with
+    AVX512-BF16 or a GPU it is several times faster.
     """
     t_call = time.monotonic()
     log = log or (lambda s: None)
@@ -362,7 +366,7 @@ def pretrain(sequences: list[list[int]], val_sequences: list[list[int]], config:
                               "val_loss": _finite(val_loss), "best_val_loss": _finite(best_val),
                               "batch_size": batch_size,
                               "lr": lr, "warmup": warmup, "weight_decay": weight_decay, "seed": seed,
-                              "eval_every": eval_every, "init_from": init_from,
+                              "eval_every": eval_every, "init_from": init_from, "bf16": bf16,
                               "loss_mask": loss_mask is not None, "params": n_params}
                 save_checkpoint(model, out_dir, extra={**meta_extra, "train": train_meta,
                                                        "train_state_sha256": sha256_file(state_path)})
@@ -375,7 +379,8 @@ def pretrain(sequences: list[list[int]], val_sequences: list[list[int]], config:
                     g["lr"] = cur_lr
                 x, y, real = train.batch(order.rows(step), pad_id, device)
                 if bool((y != -100).any()):
-                    _, loss = model(x, y)
+                    with torch.autocast(torch.device(device).type, torch.bfloat16, enabled=bf16):
+                        _, loss = model(x, y)
                     opt.zero_grad(set_to_none=True)
                     loss.backward()
                     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

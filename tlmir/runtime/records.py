@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import lzma
 import math
 import os
 import sqlite3
@@ -441,23 +442,28 @@ class RecordDB:
 
 
 # -------------------------------------------------------------------- JSON lines
+def _open_text(name: str, path: str, mode: str):
+    """A text file at `path`, xz-compressed when `name` ends in `.xz`."""
+    if name.endswith(".xz"):
+        return lzma.open(path, mode + "t", encoding="utf-8", preset=6)
+    return open(path, mode, encoding="utf-8")
+
+
 def export_jsonl(db: RecordDB, path: str | os.PathLike, task_key: str | None = None,
                  hw_key: str | None = None) -> int:
-    """Write records (optionally of one task / machine) as JSON lines; returns how many.
-    The file is replaced atomically."""
+    """Write records (optionally of one task / machine) as JSON lines (xz-compressed when
+    the path ends in `.xz`); returns how many. The file is replaced atomically."""
     path = os.fspath(path)
     recs = db.records(task_key, hw_key)
     tmp = f"{path}.tmp{os.getpid()}"
     try:
         parent = os.path.dirname(os.path.abspath(path))
         os.makedirs(parent, exist_ok=True)
-        with open(tmp, "w", encoding="utf-8") as f:
+        with _open_text(path, tmp, "w") as f:
             for r in recs:
                 d = r.to_dict()
                 d.pop("id")
                 f.write(json.dumps(d, allow_nan=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError as e:
         with contextlib.suppress(OSError):
@@ -467,14 +473,14 @@ def export_jsonl(db: RecordDB, path: str | os.PathLike, task_key: str | None = N
 
 
 def import_jsonl(path: str | os.PathLike, db: RecordDB, dedup: bool = True) -> int:
-    """Add the records of a JSON-lines file to `db` in one transaction; returns how many were
+    """Add the records of a JSON-lines file (`.xz` read compressed) to `db` in one transaction; returns how many were
     added. With `dedup`, a record identical in task, machine, trace and timestamp to one
     already there (e.g. the same file imported twice) is skipped. Blank lines are allowed;
     a malformed line imports nothing and raises RecordError naming the file and line."""
     path = os.fspath(path)
     recs = []
     try:
-        with open(path, encoding="utf-8") as f:
+        with _open_text(path, path, "r") as f:
             for lineno, line in enumerate(f, 1):
                 if not line.strip():
                     continue
@@ -485,7 +491,7 @@ def import_jsonl(path: str | os.PathLike, db: RecordDB, dedup: bool = True) -> i
                     recs.append(Record.from_dict(d))
                 except (ValueError, RecordError) as e:
                     raise RecordError(f"{path}:{lineno}: malformed record: {e}") from None
-    except OSError as e:
+    except (OSError, EOFError, lzma.LZMAError) as e:
         raise RecordError(f"{path}: cannot read records: {e}") from None
     except UnicodeDecodeError as e:
         raise RecordError(f"{path}: not a UTF-8 text file: {e}") from None
