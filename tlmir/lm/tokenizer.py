@@ -101,7 +101,6 @@ def space_words(task, hw: HardwareParams, samples_per_sketch: int = 2, seed: int
     each sketch is walked by an OptionRecorder at least `samples_per_sketch` times, until
     every option offered (tile sizes aside) has been taken once and `patience` walks in a
     row find nothing new (at most `max_walks`)."""
-    from ..ir.dag import ComputeDAG
     from ..schedule.space import SearchSpace
     words = set(prefix_words(task, hw))
     space = SearchSpace(task.outputs, hw)
@@ -116,7 +115,16 @@ def space_words(task, hw: HardwareParams, samples_per_sketch: int = 2, seed: int
             quiet = 0 if rec.new else quiet + 1
             if walk + 1 >= samples_per_sketch and quiet >= patience and not rec.untaken():
                 break
-    extents = set()
+    words |= extent_words(task, {int(w) for w in words if _is_int(w)})
+    words.update(str(i) for i in SMALL_INTS)
+    return words
+
+
+def extent_words(task, more: Iterable[int] = ()) -> set[str]:
+    """Every extent of `task` (spatial, reduce, the fused reduce extent rfactor splits) and
+    of `more`, with all their divisors: the numbers its tile questions and answers hold."""
+    from ..ir.dag import ComputeDAG
+    extents = set(more)
     for st in ComputeDAG(task.outputs).stages:
         extents.update(int(d) for d in st.op.shape)
         red = 1
@@ -124,12 +132,7 @@ def space_words(task, hw: HardwareParams, samples_per_sketch: int = 2, seed: int
             extents.add(a.extent)
             red *= a.extent
         extents.add(red)
-    extents.update(int(w) for w in words if _is_int(w))
-    for e in extents:
-        if e > 0:
-            words.update(str(d) for d in _divisors(e))
-    words.update(str(i) for i in SMALL_INTS)
-    return words
+    return {str(d) for e in extents if e > 0 for d in _divisors(e)}
 
 
 def _order(word: str) -> tuple:
