@@ -77,3 +77,26 @@ def test_unmasked_answers_keep_the_space_questions_and_report_bad_answers():
         if g.trace is not None:
             assert sentence_to_trace(g.sentence) == g.trace
             space.replay(g.trace)
+
+
+def test_the_shipped_model_writes_verified_programs_of_pack_sketches():
+    """BERT's 128x768x768 dense: the default model's vocabulary spells the sketches that pack
+    W (`W:packD`), it picks them, and their programs build and match numpy."""
+    from tlmir.lm.commands import load_model
+    from tlmir.runtime.target import host_hardware
+    model, tok, _ = load_model("default")
+    hw = host_hardware()
+    task = Task.from_op(ops.dense(128, 768, 768, bias=True, act="gelu"))
+    space = SearchSpace(task.outputs, hw)
+    packed = {k for k, s in enumerate(space.sketches) if "pack" in str(s)}
+    assert packed and tok.covers(str(k) for k in packed) == []
+    res = Generator(model, tok, hw, Sampling(temperature=1.0), seed=0).generate(task, 32, space=space)
+    mine = [g for g in res if g.trace.sketch in packed]
+    assert mine, f"no pack sketch among 32 programs: {sorted(g.trace.sketch for g in res)}"
+    assert all(tok.covers(g.sentence.split()) == [] for g in mine)
+    ins = task.random_inputs(0)
+    want = task.reference_outputs(ins)
+    for g in mine[:2]:
+        outs = [np.zeros(t.shape, t.dtype) for t in task.outputs]
+        tlmir.build(g.schedule, task.args)(*ins, *outs)
+        np.testing.assert_allclose(outs[0], want[0], rtol=1e-3, atol=1e-3)

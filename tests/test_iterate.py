@@ -44,7 +44,6 @@ def _demos(task, n, seed=0):
 
 def test_sft_raises_the_likelihood_of_the_demonstrations(tmp_path):
     base, tok, _ = load_model(BASE_MODEL)
-    # the sketches with a packed W are newer than the shipped vocabulary: not spelled
     demos = [d for d in _demos(Task.from_op(ops.dense(32, 48, 64, bias=True, act="gelu")), 40)
              if not tok.unknown_decisions(d)][:6]
     assert len(demos) == 6
@@ -60,7 +59,7 @@ def test_sft_raises_the_likelihood_of_the_demonstrations(tmp_path):
 def test_sft_skips_demonstrations_the_vocabulary_cannot_spell(tmp_path):
     base_tok = load_model(BASE_MODEL)[1]
     demos = [d for d in _demos(Task.from_op(ops.matmul(32, 48, 64)), 12)
-             if not base_tok.unknown_decisions(d)][:3]  # the packed-B sketches are newer (see above)
+             if not base_tok.unknown_decisions(d)][:3]
     assert len(demos) == 3
     unknown = demos[0].replace("C.", "C.zz", 1)
     logs = []

@@ -150,3 +150,14 @@ def test_bad_inputs(tmp_path):
         f.write(b"junk")
     with pytest.raises(ModelError, match="interrupted save"):
         run(tmp_path / "r", 4)
+
+
+def test_packed_sequences_take_rows_in_order():
+    import numpy as np
+
+    from tlmir.lm.train import Packed
+    p = Packed.of([[1, 2, 3], [4, 5], [6, 7, 8, 9]])
+    assert len(p) == 3 and p.lengths().tolist() == [3, 2, 4]
+    q = p.take(np.array([2, 0]))
+    assert [q[i].tolist() for i in range(len(q))] == [[6, 7, 8, 9], [1, 2, 3]]
+    assert len(p.take(np.array([], np.int64))) == 0

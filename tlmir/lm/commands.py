@@ -60,27 +60,11 @@ def cmd_tokenizer_build(args) -> None:
 def _split_by_task(packed, where, val_fraction: float, val_max: int):
     """(train, validation) Packed sequences: validation = whole tasks (chosen by a hash of
     the key), so it measures generalisation; at most `val_max` of them, evenly spread."""
-    from .train import Packed
     is_val = where < val_fraction
     val_rows = np.flatnonzero(is_val)
     if len(val_rows) > val_max:
         val_rows = val_rows[np.linspace(0, len(val_rows) - 1, val_max).astype(np.int64)]
-
-    def take(rows) -> Packed:
-        return Packed.of(packed[int(r)] for r in rows)
-    train_rows = np.flatnonzero(~is_val)
-    train = packed if len(train_rows) == len(packed) else _take_flat(packed, train_rows)
-    return train, take(val_rows)
-
-
-def _take_flat(packed, rows):
-    """The sequences `rows` of a Packed, as a Packed, without a Python list per sequence."""
-    from .train import Packed
-    lengths = packed.lengths()[rows]
-    offsets = np.zeros(len(rows) + 1, np.int64)
-    offsets[1:] = np.cumsum(lengths)
-    starts = np.repeat(packed.offsets[rows] - offsets[:-1], lengths)
-    return Packed(packed.ids[starts + np.arange(offsets[-1])], offsets)
+    return packed.take(np.flatnonzero(~is_val)), packed.take(val_rows)
 
 
 def cmd_train_pretrain(args) -> None:
@@ -188,7 +172,7 @@ def add_parsers(sub, op_args) -> None:
     sa = sub.add_parser("sample", help="the pre-training corpus: random tensor sentences of a "
                                        "workload split, in shards (paper Alg. 1); resumable")
     sa.add_argument("--split", default="train")
-    sa.add_argument("--per-task", type=int, default=640, help="distinct sentences per task")
+    sa.add_argument("--per-task", type=int, default=600, help="distinct sentences per task")
     sa.add_argument("--hw-per-task", type=int, default=8,
                     help="hardware prompts per task: the host's, then other CPU classes")
     sa.add_argument("--shard-tasks", type=int, default=16, help="tasks per shard file")

@@ -109,7 +109,7 @@ def _manifest(out_dir: str, params: dict) -> None:
     os.replace(path + ".tmp", path)
 
 
-def sample_corpus(split: str, out_dir: str, per_task: int = 640, hw_per_task: int = 8,
+def sample_corpus(split: str, out_dir: str, per_task: int = 600, hw_per_task: int = 8,
                   shard_tasks: int = 16, workers: int = 0, seed: int = 0,
                   limit: int | None = None, host: HardwareParams | None = None,
                   log: Callable[[str], None] = print) -> int:
