@@ -28,7 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_answer_flags_mark_only_answers():
-    words = "<s> v1 task input A 8 stage B elem sp 8 read A i hw cpu avx512 sketch 2 " \
+    words = "<s> v4 task input A 8 stage B elem sp 8 read A i hw cpu avx512 sketch 2 " \
             "tile B.i 8 = 2 4 parallel B = 1 at C = root </s>".split()
     flagged = [w for w, f in zip(words, answer_flags(words)) if f]
     assert flagged == ["2", "2", "4", "1", "root", "</s>"]
