@@ -18,10 +18,10 @@ def tiny(block_size=64, **kw) -> GPT:
 
 
 def test_presets_and_config_errors():
-    assert set(PRESETS) == {"tiny", "small", "gpt2-small"}
+    assert set(PRESETS) == {"tiny", "mini", "small", "medium", "gpt2-small"}
     cfg = GPTConfig.preset("small", vocab_size=812, block_size=512)
     assert (cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.block_size, cfg.vocab_size) == (6, 6, 384, 512, 812)
-    with pytest.raises(ModelError, match="tiny, small, gpt2-small"):
+    with pytest.raises(ModelError, match="tiny, mini, small, medium, gpt2-small"):
         GPTConfig.preset("huge", vocab_size=10)
     with pytest.raises(ModelError, match="divisible"):
         GPTConfig(vocab_size=10, n_layer=1, n_head=3, n_embd=32)

@@ -243,3 +243,17 @@ def test_jsonl_malformed_line(tmp_path):
         assert dst.count() == 0                       # nothing imported
     with pytest.raises(RecordError, match="missing.jsonl"):
         import_jsonl(tmp_path / "missing.jsonl", RecordDB(":memory:"))
+
+
+def test_jsonl_xz_round_trip(tmp_path):
+    src = RecordDB(str(tmp_path / "a.db"))
+    src.append_many([rec(i=i) for i in range(3)])
+    assert export_jsonl(src, tmp_path / "r.jsonl.xz") == 3
+    with open(tmp_path / "r.jsonl.xz", "rb") as fh:
+        assert fh.read(6) == b"\xfd7zXZ\x00"  # xz-compressed
+    dst = RecordDB(str(tmp_path / "b.db"))
+    assert import_jsonl(tmp_path / "r.jsonl.xz", dst) == 3
+    assert [r.trace for r in dst.records()] == [r.trace for r in src.records()]
+    (tmp_path / "bad.jsonl.xz").write_bytes(b"not xz at all")
+    with pytest.raises(RecordError, match="cannot read records"):
+        import_jsonl(tmp_path / "bad.jsonl.xz", dst)

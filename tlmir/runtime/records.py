@@ -445,7 +445,7 @@ class RecordDB:
 def _open_text(name: str, path: str, mode: str):
     """A text file at `path`, xz-compressed when `name` ends in `.xz`."""
     if name.endswith(".xz"):
-        return lzma.open(path, mode + "t", encoding="utf-8", preset=6)
+        return lzma.open(path, mode + "t", encoding="utf-8", **({"preset": 6} if mode == "w" else {}))
     return open(path, mode, encoding="utf-8")
 
 
