@@ -212,3 +212,30 @@ def test_tlm_tunes_a_user_defined_te_operator():
     out = np.zeros(48, "float32")
     res.build()(a, out)
     np.testing.assert_allclose(out, (a.astype("float64") ** 2).sum(1), rtol=1e-4)
+
+
+def test_eval_archive_restores_a_baseline_on_a_new_machine(tmp_path):
+    from tlmir.evaluate import Evaluation, frameworks
+    fws = frameworks([], "random:2,4")
+    tasks = [Task.from_op(ops.softmax(8, 64)), Task.from_op(ops.add_relu((16, 16)))]
+    archive = str(tmp_path / "archive")
+    Evaluation(str(tmp_path / "a"), tasks, fws, sp=SMALL, log=None, archive=archive).search()
+    assert sorted(os.listdir(archive)) == ["random.jsonl.xz", "random.wall.json"]
+    with RecordDB(str(tmp_path / "a" / "random.db")) as db:
+        first = [(r.task_key, r.trace, r.best) for r in db.records()]
+    fresh = Evaluation(str(tmp_path / "b"), tasks, fws, sp=SMALL, log=None, archive=archive)
+    fresh.search()  # everything was restored: nothing measured again
+    with RecordDB(str(tmp_path / "b" / "random.db")) as db:
+        assert [(r.task_key, r.trace, r.best) for r in db.records()] == first
+    assert fresh.wall["random.db"] == Evaluation(str(tmp_path / "a"), tasks, fws, log=None).wall["random.db"]
+
+
+def test_iterate_restarts_a_fine_tuning_the_kill_interrupted(tmp_path, monkeypatch):
+    tasks = [Task.from_op(ops.softmax(8, 64)), Task.from_op(ops.add_relu((16, 16)))]
+    it = Iteration(str(tmp_path), "base", tasks, IterateConfig(rounds=2, per_task=2, batches=1), log=None)
+    it.progress["done"] = [[0, t.key] for t in tasks]  # round 0 measured; its fine-tuning never finished
+    assert it._last_complete_round() == 0
+    started = []
+    monkeypatch.setattr(it, "_start_sft", started.append)
+    it.run()
+    assert started[:2] == [0, 1]  # round 0's fine-tuning again, before round 1 is measured, then round 1's

@@ -115,7 +115,7 @@ def cmd_eval(args) -> None:
     passive_openmp()
     tasks = representative_tasks(args.split)[: args.tasks]
     ev = Evaluation(args.out, tasks, frameworks([int(b) for b in args.budgets.split(",")], args.baseline),
-                    args.model, log=None if args.json else print)
+                    args.model, log=None if args.json else print, archive=args.archive)
     if args.phase in ("all", "search"):
         ev.search(args.which)
     if args.networks and args.phase in ("all", "search"):
@@ -237,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--baseline", default="evolutionary:64,1000", help="STRATEGY:K1,K2 (prefixes of one run)")
     ev.add_argument("--out", default="runs/eval", help="records DBs, wall.json, report.json/.md")
     ev.add_argument("--model", default="default")
+    ev.add_argument("--archive", metavar="DIR", help="copy every run's records here after each task (kept in "
+                    "the repository); an --out without a run's DB starts from them")
     ev.add_argument("--phase", default="all", choices=("all", "search", "report"))
     ev.add_argument("--which", default="all", choices=("all", "tlm", "baseline"), help="runs to search")
     ev.add_argument("--tasks", type=int, help="only the first N representative tasks")

@@ -13,7 +13,9 @@ clock each run has spent per task in `<db>.wall.json` after every round, so a ki
 evaluation resumes where it stopped. `report` re-times every framework's best program
 of every task in one process, one after the other (median of repeats, all cores), next
 to PyTorch: search-time measurements were taken under whatever else ran, the report's
-are comparable. Framework_k = Σ_tasks best latency; the speedup matrix holds
+are comparable. With an `archive` directory (kept in the repository) every run's records
+(`<db>.jsonl.xz`) and wall clock are copied there after each task, and an `out` without a
+run's DB starts from the archive's: a baseline searched once serves every later model. Framework_k = Σ_tasks best latency; the speedup matrix holds
 Framework_col / Framework_row.
 
 `network_report` is the end-to-end view: a network's weighted latency (Σ weight ×
@@ -26,6 +28,7 @@ import json
 import math
 import os
 import re
+import shutil
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -148,12 +151,17 @@ def default_seconds(task: Task, threads: int, repeat: int = 5) -> float:
 
 class Evaluation:
     def __init__(self, out: str, tasks: list[Task], fws: list[Framework], model: str = "default",
-                 sp: SearchParams | None = None, log: Callable[[str], None] | None = print):
+                 sp: SearchParams | None = None, log: Callable[[str], None] | None = print,
+                 archive: str | None = None):
         self.out, self.tasks, self.fws, self.model = out, tasks, fws, model
         self.sp = sp or SearchParams()
         self.hw = host_hardware()
         self.log = log or (lambda m: None)
+        self.archive = archive
         os.makedirs(out, exist_ok=True)
+        if archive:
+            for db_name in sorted({f.db_name for f in fws}):
+                self._restore(db_name)
         self.wall: dict = {}  # db name -> task key -> {measurements: seconds spent}
         legacy = os.path.join(out, "wall.json")  # one file for every run (before per-run files)
         if os.path.exists(legacy):
@@ -183,6 +191,31 @@ class Evaluation:
         from .lm.checkpoint import atomic_write_text
         atomic_write_text(self._wall_path(db_name), json.dumps(self.wall[db_name], indent=1) + "\n")
 
+    # ------------------------------------------------------------------ archive
+    def _archived(self, db_name: str) -> tuple[str, str]:
+        """(records, wall clock) of a run in the archive."""
+        base = os.path.join(self.archive, db_name.removesuffix(".db"))
+        return base + ".jsonl.xz", base + ".wall.json"
+
+    def _restore(self, db_name: str) -> None:
+        """A run this `out` lacks starts from the archive's records and wall clock."""
+        from .runtime.records import import_jsonl
+        records, wall = self._archived(db_name)
+        if os.path.exists(os.path.join(self.out, db_name)) or not os.path.exists(records):
+            return
+        with RecordDB(os.path.join(self.out, db_name)) as db:
+            n = import_jsonl(records, db, dedup=False)
+        if os.path.exists(wall):
+            shutil.copyfile(wall, self._wall_path(db_name))
+        self.log(f"[eval] {db_name}: {n} measurements restored from the archive {self.archive}")
+
+    def _save_archive(self, db_name: str, db: RecordDB) -> None:
+        from .runtime.records import export_jsonl
+        records, wall = self._archived(db_name)
+        export_jsonl(db, records)
+        shutil.copyfile(self._wall_path(db_name), wall + ".tmp")
+        os.replace(wall + ".tmp", wall)
+
     # ------------------------------------------------------------------ search
     def search(self, which: str = "all") -> None:
         """Tune every framework's runs (`which`: all | tlm | baseline), smallest budgets first."""
@@ -198,16 +231,19 @@ class Evaluation:
                 with RecordDB(os.path.join(self.out, db_name)) as db:
                     for k in prefixes:  # every task reaches 64 before any goes on to 1000
                         for task in self.tasks:
-                            self._tune(TaskTuner(task, strategy, db, meas, self.hw, self.sp, 0, self.model),
-                                       strategy, db_name, k)
+                            tuned = self._tune(TaskTuner(task, strategy, db, meas, self.hw, self.sp, 0,
+                                                         self.model), strategy, db_name, k)
+                            if tuned and self.archive:
+                                self._save_archive(db_name, db)
         finally:
             meas.close()
 
-    def _tune(self, tuner, strategy: str, db_name: str, k: int) -> None:
+    def _tune(self, tuner, strategy: str, db_name: str, k: int) -> bool:
+        """Tune the task up to k measurements; False if it had them already."""
         spent = self.wall.setdefault(db_name, {}).setdefault(tuner.task.key, {})
         r = tuner.result
-        if r.measurements >= k:
-            return
+        if r.measurements >= k or EXHAUSTED in spent:
+            return False
         seconds = max((v for m, v in spent.items() if m != EXHAUSTED), default=0.0)
         while r.measurements < k:
             before = r.measurements
@@ -221,6 +257,7 @@ class Evaluation:
             self._save_wall(db_name)
         self.log(f"[eval] {strategy}-{k} {tuner.task.name}: {r.measurements} measurements, "
                  f"best {r.gflops:.1f} GFLOP/s, {seconds:.1f}s")
+        return True
 
     # ------------------------------------------------------------------ report
     def _best(self, fw: Framework, task: Task):

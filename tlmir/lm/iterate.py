@@ -191,6 +191,13 @@ class Iteration:
     def _is_done(self, rnd: int, key: str) -> bool:
         return [rnd, key] in self.progress["done"]
 
+    def _last_complete_round(self) -> int:
+        """The newest round whose every task was measured (-1: none)."""
+        done = {tuple(d) for d in self.progress["done"]}
+        rnds = [r for r in range(self.cfg.rounds)
+                if all((r, t.key) in done for t in self.batches[r % len(self.batches)])]
+        return max(rnds, default=-1)
+
     # ------------------------------------------------------------------ models
     def _sft_dir(self, rnd: int) -> str:
         return os.path.join(self.out, f"sft-r{rnd}")
@@ -309,6 +316,9 @@ class Iteration:
                 self._reference(t, measurer)
             if not self.progress["curve"]:
                 self._point(-1, "none")
+            last = self._last_complete_round()
+            if 0 <= last < self.cfg.rounds - 1 and not sft_finished(self._sft_dir(last)):
+                self._start_sft(last)  # the run was killed while fine-tuning: start it again
             for rnd in range(self.cfg.rounds):
                 batch = self.batches[rnd % len(self.batches)]
                 left = [t for t in batch if not self._is_done(rnd, t.key)]
