@@ -97,6 +97,14 @@ def cmd_train_sft(args) -> None:
     print(json.dumps(stats, indent=1))
 
 
+def cmd_train_evaluator(args) -> None:
+    from ..search.world_train import train_from_records
+    tokenizer = args.tokenizer or os.path.join(model_dir(BASE_MODEL), TOKENIZER_FILE)
+    metrics = train_from_records(args.db, args.out, tokenizer, {"d_model": args.d_model,
+                                 "transition": not args.no_transition}, steps=args.steps, seed=args.seed)
+    print(json.dumps({"out": args.out, "held_out": metrics}, indent=1))
+
+
 def cmd_iterate(args) -> None:
     passive_openmp()
     from ..workloads import split_tasks
@@ -219,6 +227,16 @@ def add_parsers(sub, op_args) -> None:
     st.add_argument("--lr", type=float, default=5e-4)
     st.add_argument("--seed", type=int, default=0)
     st.set_defaults(fn=cmd_train_sft)
+    ev = trs.add_parser("evaluator", help="the world-model evaluator, on measured records of the training "
+                        "split (the held-out split's are scored, never trained on)")
+    ev.add_argument("--db", nargs="+", required=True, help="records: .db, .jsonl or .jsonl.xz")
+    ev.add_argument("--out", required=True)
+    ev.add_argument("--tokenizer", help="tokenizer.json (default: the base model's)")
+    ev.add_argument("--steps", type=int, default=2000)
+    ev.add_argument("--d-model", type=int, default=96)
+    ev.add_argument("--no-transition", action="store_true", help="the static ablation: no latent dynamics")
+    ev.add_argument("--seed", type=int, default=0)
+    ev.set_defaults(fn=cmd_train_evaluator)
     it = sub.add_parser("iterate", help="iterative optimization: generate, measure, fine-tune (paper §5.3)")
     it.add_argument("--split", default="train")
     it.add_argument("--rounds", type=int, default=8)

@@ -29,6 +29,21 @@ class HardwareParams:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def from_key(cls, key: str) -> "HardwareParams":
+        """The hardware a records key names (`cpu-avx512-c2-l1_32K-l2_1024K`)."""
+        try:
+            kind, isa, cores, l1, l2 = key.split("-")
+            lanes = {"avx512": 16, "avx2": 8, "sse": 4}[isa]
+            hw = cls(kind, isa, int(cores.removeprefix("c")), lanes,
+                     int(l1.removeprefix("l1_").removesuffix("K")), int(l2.removeprefix("l2_").removesuffix("K")))
+        except (ValueError, KeyError):
+            raise ScheduleError(f"hardware key {key!r} is not of the form "
+                                f"KIND-ISA-cCORES-l1_<n>K-l2_<n>K") from None
+        if hw.key != key:
+            raise ScheduleError(f"hardware key {key!r} is not of the form KIND-ISA-cCORES-l1_<n>K-l2_<n>K")
+        return hw
+
 
 # CPU classes the tensor language is trained to speak of (sampling varies the core count
 # over CORE_COUNTS as well). L1d / L2 are per core, as `host_hardware` reads them.

@@ -1,0 +1,103 @@
+"""The world-model evaluator: it learns a ranking, stores as safetensors, refuses bad files."""
+import json
+import os
+import random
+
+import numpy as np
+import pytest
+
+from tlmir import ops
+from tlmir.errors import ModelError
+from tlmir.lm.commands import BASE_MODEL, TOKENIZER_FILE
+from tlmir.lm.language import trace_to_sentence
+from tlmir.lm.tokenizer import Tokenizer
+from tlmir.runtime.records import Record
+from tlmir.runtime.target import HardwareParams, host_hardware
+from tlmir.runtime.task import Task
+from tlmir.schedule.space import SearchSpace
+from tlmir.search.world_model import WorldModelConfig, split_sentence
+from tlmir.search.world_train import (Evaluator, Program, programs_from_records, ranking_metrics,
+                                      train_evaluator)
+
+TOK = Tokenizer.load(os.path.join(BASE_MODEL, TOKENIZER_FILE))
+HW = HardwareParams("cpu", "avx512", 2, 16, 32, 1024)
+
+
+def _toy_programs(n: int = 96):
+    """Random programs of two matmuls whose 'latency' is a known function of the decisions:
+    faster with a larger unroll and with a vectorized inner loop."""
+    progs = []
+    for task in (Task.from_op(ops.matmul(64, 64, 64)), Task.from_op(ops.matmul(32, 128, 64))):
+        space, rng = SearchSpace(task.outputs, HW), random.Random(0)
+        seen = set()
+        while sum(p.task_key == task.key for p in progs) < n:
+            _, trace = space.sample(rng)
+            sentence = trace_to_sentence(task, HW, trace)
+            if sentence in seen:
+                continue
+            seen.add(sentence)
+            answers = {a[0]: int(a[-1]) for a in split_sentence(sentence)[1] if a[0] in ("unroll", "vec")}
+            unroll, vec = answers.get("unroll", 0), answers.get("vec", 0)
+            progs.append(Program(task.key, sentence, 1.0 / (1 + np.log2(1 + unroll) + 3 * vec)))
+    return progs
+
+
+def test_sentence_splits_into_prompt_and_one_action_per_decision():
+    task = Task.from_op(ops.matmul(64, 64, 64))
+    _, trace = SearchSpace(task.outputs, HW).sample(random.Random(1))
+    prompt, actions = split_sentence(trace_to_sentence(task, HW, trace))
+    assert prompt[0] == "<s>" and "hw" in prompt and "sketch" not in prompt
+    assert actions[0][0] == "sketch" and len(actions[0]) == 2
+    assert all(a[0] in ("tile", "at", "parallel", "vec", "unroll") for a in actions[1:])
+    assert all("=" in a for a in actions[1:])
+
+
+def test_ranking_loss_falls_and_the_known_order_is_learned():
+    progs = _toy_programs()
+    untrained = train_evaluator(progs, TOK, WorldModelConfig(TOK.vocab_size, d_model=32), steps=1)
+    before = ranking_metrics(progs, untrained.score([p.sentence for p in progs]))
+    logs = []
+    ev = train_evaluator(progs, TOK, WorldModelConfig(TOK.vocab_size, d_model=32), steps=150,
+                         tasks_per_batch=2, per_task=32, lr=3e-3, log=logs.append)
+    losses = [float(line.split("loss ")[1].split()[0]) for line in logs]
+    assert losses[-1] < 0.6 * losses[0]
+    after = ranking_metrics(progs, ev.score([p.sentence for p in progs]))
+    assert after["pairwise_accuracy"] >= 0.85 > before["pairwise_accuracy"]
+    assert after["kendall_tau"] > 0.7
+
+
+def test_evaluator_round_trips_through_safetensors_and_refuses_bad_files(tmp_path):
+    progs = _toy_programs(16)
+    ev = train_evaluator(progs, TOK, WorldModelConfig(TOK.vocab_size, d_model=16, transition=False), steps=3)
+    ev.save(str(tmp_path / "ev"))
+    assert sorted(os.listdir(tmp_path / "ev")) == ["config.json", "model.safetensors", "tokenizer.json"]
+    again = Evaluator.load(str(tmp_path / "ev"))
+    assert again.model.config.transition is False
+    sentences = [p.sentence for p in progs]
+    np.testing.assert_allclose(again.score(sentences), ev.score(sentences), rtol=1e-5, atol=1e-6)
+    weights = tmp_path / "ev" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-64])
+    with pytest.raises(ModelError, match="model.safetensors is missing or does not match"):
+        Evaluator.load(str(tmp_path / "ev"))
+    ev.save(str(tmp_path / "ev"))
+    cfg = json.loads((tmp_path / "ev" / "config.json").read_text())
+    (tmp_path / "ev" / "config.json").write_text(json.dumps({**cfg, "vocab_size": 7}))
+    with pytest.raises(ModelError, match="tokenizer has 1548 words, the model 7"):
+        Evaluator.load(str(tmp_path / "ev"))
+    (tmp_path / "ev" / "config.json").write_text("{not json")
+    with pytest.raises(ModelError, match="cannot read config.json"):
+        Evaluator.load(str(tmp_path / "ev"))
+    with pytest.raises(ModelError, match="does-not-exist"):
+        Evaluator.load(str(tmp_path / "does-not-exist"))
+
+
+def test_programs_from_records_replay_each_machine_and_keep_failures():
+    task = Task.from_op(ops.matmul(32, 32, 32))
+    _, trace = SearchSpace(task.outputs, host_hardware()).sample(random.Random(0))
+    hw = host_hardware()
+    recs = [Record(task.key, task.name, hw.key, trace.to_json(), [1e-3]),
+            Record(task.key, task.name, hw.key, trace.to_json(), error="wrong", error_kind="wrong"),
+            Record("other", "other", hw.key, trace.to_json(), [1e-3])]
+    progs = programs_from_records(recs, {task.key: task})
+    assert [p.seconds for p in progs] == [1e-3, None]
+    assert progs[0].sentence == trace_to_sentence(task, hw, trace)

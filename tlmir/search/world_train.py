@@ -1,0 +1,259 @@
+"""Training, scoring and storing the world-model evaluator (world_model.py) on measured records.
+
+    programs = programs_from_records(db.records(), tasks_by_key)
+    ev = train_evaluator(programs, tokenizer, WorldModelConfig(tokenizer.vocab_size), steps=2000)
+    ev.save("runs/evaluator"); ev = Evaluator.load("runs/evaluator")
+    scores = ev.score([p.sentence for p in programs])        # higher = predicted faster
+    ranking_metrics(programs, scores)                         # pairwise accuracy, top-k recall, tau
+
+Every measurement the project keeps (iterate archives, eval and tune databases) is a
+training example: the program's sentence and its latency, normalised within its task
+(the task's best / this latency; a failed program is 0). A directory holds the weights
+(safetensors, never a pickle), `config.json` (format, config fields, the weights' SHA-256)
+and the tokenizer the words were read with.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import random
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..errors import ModelError, TlmirError
+from ..lm.checkpoint import atomic_write, atomic_write_text, sha256_file
+from ..lm.language import trace_to_sentence
+from ..lm.tokenizer import Tokenizer
+from ..runtime.target import HardwareParams
+from ..schedule.decider import Trace
+from .world_model import WorldModel, WorldModelConfig, collate, numeric_features, ranking_loss, split_sentence
+
+FORMAT = "tlmir-world-model"
+VERSION = 1
+WEIGHTS, CONFIG, TOKENIZER = "model.safetensors", "config.json", "tokenizer.json"
+
+
+@dataclass(frozen=True)
+class Program:
+    """One measured program: its task (key), sentence, and latency (None: it failed)."""
+    task_key: str
+    sentence: str
+    seconds: float | None
+
+
+def programs_from_records(records: Iterable, tasks: dict) -> list[Program]:
+    """Records whose task is in `tasks` (key -> Task) as Programs; a trace the current
+    space cannot replay any more is skipped."""
+    out, hws = [], {}
+    for rec in records:
+        task = tasks.get(rec.task_key)
+        if task is None:
+            continue
+        if rec.hw_key not in hws:
+            hws[rec.hw_key] = HardwareParams.from_key(rec.hw_key)
+        try:
+            sentence = trace_to_sentence(task, hws[rec.hw_key], Trace.from_json(rec.trace))
+        except TlmirError:
+            continue
+        out.append(Program(rec.task_key, sentence, rec.best if rec.ok else None))
+    return out
+
+
+def normalized_throughput(programs: Sequence[Program]) -> np.ndarray:
+    """Per program: its task's best latency / its latency (0 if it failed)."""
+    best: dict[str, float] = {}
+    for p in programs:
+        if p.seconds:
+            best[p.task_key] = min(best.get(p.task_key, math.inf), p.seconds)
+    return np.array([best[p.task_key] / p.seconds if p.seconds else 0.0 for p in programs])
+
+
+class Evaluator:
+    """A WorldModel with the tokenizer it reads sentences with."""
+
+    def __init__(self, model: WorldModel, tok: Tokenizer):
+        self.model, self.tok = model, tok
+        self._cache: dict[str, tuple] = {}
+
+    def encode(self, sentence: str) -> tuple:
+        if sentence not in self._cache:
+            prompt, actions = split_sentence(sentence)
+            self._cache[sentence] = (
+                self.tok.encode(prompt), np.array([numeric_features(w) for w in prompt], np.float32),
+                [np.array(self.tok.encode(a)) for a in actions],
+                [np.array([numeric_features(w) for w in a], np.float32) for a in actions])
+        return self._cache[sentence]
+
+    def batch(self, sentences: Sequence[str]) -> dict:
+        return collate([self.encode(s) for s in sentences], self.model.config.max_decision_words)
+
+    @torch.no_grad()
+    def score(self, sentences: Sequence[str], batch_size: int = 256) -> np.ndarray:
+        """Ranking scores, higher = predicted faster (comparable within a task)."""
+        self.model.eval()
+        out = [self.model(self.batch(sentences[i:i + batch_size]))[0]
+               for i in range(0, len(sentences), batch_size)]
+        return torch.cat(out).numpy() if out else np.zeros(0)
+
+    # ------------------------------------------------------------------ storage
+    def save(self, directory: str, extra: dict | None = None) -> None:
+        from safetensors.torch import save_file
+        os.makedirs(directory, exist_ok=True)
+        state = {k: v.detach().contiguous() for k, v in self.model.state_dict().items()}
+        atomic_write(os.path.join(directory, WEIGHTS), lambda tmp: save_file(state, tmp))
+        self.tok.save(os.path.join(directory, TOKENIZER))
+        meta = {"format": FORMAT, "version": VERSION, **dataclasses.asdict(self.model.config),
+                "weights_sha256": sha256_file(os.path.join(directory, WEIGHTS)), **(extra or {})}
+        atomic_write_text(os.path.join(directory, CONFIG), json.dumps(meta, indent=1) + "\n")
+
+    @classmethod
+    def load(cls, directory: str) -> "Evaluator":
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+        path = os.path.join(directory, CONFIG)
+        try:
+            with open(path) as f:
+                meta = json.load(f)
+        except (OSError, ValueError) as e:
+            raise ModelError(f"evaluator {directory}: cannot read {CONFIG}: {e}") from None
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("version") != VERSION:
+            raise ModelError(f"evaluator {directory}: {CONFIG} is not a {FORMAT} v{VERSION} config")
+        fields = {f.name for f in dataclasses.fields(WorldModelConfig)}
+        try:
+            cfg = WorldModelConfig(**{k: v for k, v in meta.items() if k in fields})
+        except TypeError as e:
+            raise ModelError(f"evaluator {directory}: bad config: {e}") from None
+        weights = os.path.join(directory, WEIGHTS)
+        if not os.path.isfile(weights) or sha256_file(weights) != meta.get("weights_sha256"):
+            raise ModelError(f"evaluator {directory}: {WEIGHTS} is missing or does not match {CONFIG}")
+        tok = Tokenizer.load(os.path.join(directory, TOKENIZER))
+        if tok.vocab_size != cfg.vocab_size:
+            raise ModelError(f"evaluator {directory}: the tokenizer has {tok.vocab_size} words, "
+                             f"the model {cfg.vocab_size}")
+        model = WorldModel(cfg)
+        try:
+            model.load_state_dict(load_file(weights))
+        except (SafetensorError, RuntimeError) as e:
+            raise ModelError(f"evaluator {directory}: {WEIGHTS} does not fit the config: "
+                             f"{str(e)[:200]}") from None
+        return cls(model.eval(), tok)
+
+
+def train_evaluator(programs: Sequence[Program], tok: Tokenizer, cfg: WorldModelConfig, steps: int = 2000,
+                    tasks_per_batch: int = 16, per_task: int = 16, lr: float = 2e-3,
+                    regression_weight: float = 1.0, seed: int = 0, threads: int = 1,
+                    log: Callable[[str], None] | None = None) -> Evaluator:
+    """Train a fresh evaluator: each step takes `per_task` programs of each of
+    `tasks_per_batch` tasks; loss = pairwise ranking within tasks + squared error of the
+    predicted normalised throughput."""
+    y = normalized_throughput(programs)
+    by_task: dict[str, list[int]] = {}
+    for i, p in enumerate(programs):
+        by_task.setdefault(p.task_key, []).append(i)
+    keys = sorted(k for k, ix in by_task.items() if len(ix) >= 2)
+    if not keys:
+        raise TlmirError("training an evaluator needs a task with at least two measured programs")
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    prev_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    ev = Evaluator(WorldModel(cfg), tok)
+    opt = torch.optim.AdamW(ev.model.parameters(), lr=lr, weight_decay=1e-4)
+    t0 = time.perf_counter()
+    try:
+        ev.model.train()
+        for step in range(steps):
+            for g in opt.param_groups:  # cosine decay
+                g["lr"] = lr * 0.5 * (1 + math.cos(math.pi * step / steps))
+            idx, groups = [], []
+            for gi, k in enumerate(rng.sample(keys, min(tasks_per_batch, len(keys)))):
+                pick = rng.sample(by_task[k], min(per_task, len(by_task[k])))
+                idx += pick
+                groups += [gi] * len(pick)
+            scores, pred = ev.model(ev.batch([programs[i].sentence for i in idx]))
+            target = torch.tensor(y[idx], dtype=torch.float32)
+            loss = ranking_loss(scores, target, torch.tensor(groups)) + regression_weight * F.mse_loss(pred, target)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(ev.model.parameters(), 1.0)
+            opt.step()
+            if log and (step % 100 == 0 or step == steps - 1):
+                log(f"step {step + 1}/{steps} | loss {loss.item():.4f} | {time.perf_counter() - t0:.0f}s")
+    finally:
+        torch.set_num_threads(prev_threads)
+    ev.model.eval()
+    return ev
+
+
+def ranking_metrics(programs: Sequence[Program], scores: np.ndarray, k: int = 10) -> dict:
+    """How well `scores` rank each task's programs, averaged over tasks with a measured
+    best: pairwise accuracy (pairs of distinct latency, a failure slower than anything),
+    top-1 / top-k recall (the measured best is the top pick / among the top k picks) and
+    Kendall's tau."""
+    y = normalized_throughput(programs)
+    by_task: dict[str, list[int]] = {}
+    for i, p in enumerate(programs):
+        by_task.setdefault(p.task_key, []).append(i)
+    acc, top1, topk, taus = [], [], [], []
+    for ix in by_task.values():
+        if len(ix) < 2 or max(y[ix]) <= 0:
+            continue
+        t, s = y[ix], np.asarray(scores)[ix]
+        dt = np.sign(t[:, None] - t[None, :])
+        ds = np.sign(s[:, None] - s[None, :])
+        pairs = np.triu(dt != 0, 1)
+        if pairs.any():
+            acc.append(float((dt[pairs] == ds[pairs]).mean()))
+            taus.append(float((dt[pairs] * ds[pairs]).sum() / pairs.sum()))
+        order = np.argsort(-s, kind="stable")
+        best = int(np.argmax(t))
+        top1.append(float(order[0] == best))
+        topk.append(float(best in order[:k]))
+    mean = (lambda xs: float(np.mean(xs)) if xs else math.nan)
+    return {"tasks": len(top1), "pairwise_accuracy": mean(acc), "top1_recall": mean(top1),
+            f"top{k}_recall": mean(topk), "kendall_tau": mean(taus)}
+
+
+def read_records(paths: Sequence[str]) -> list:
+    """The records of record databases (`.db`) and JSON-lines exports (`.jsonl`, `.jsonl.xz`)."""
+    import tempfile
+
+    from ..runtime.records import RecordDB, import_jsonl
+    recs = []
+    for path in paths:
+        if not os.path.exists(path):
+            raise TlmirError(f"records file {path} does not exist")
+        if path.endswith((".jsonl", ".jsonl.xz")):
+            with tempfile.TemporaryDirectory() as d, RecordDB(os.path.join(d, "r.db")) as db:
+                import_jsonl(path, db)
+                recs += db.records()
+        else:
+            with RecordDB(path) as db:
+                recs += db.records()
+    return recs
+
+
+def train_from_records(paths: Sequence[str], out: str, tokenizer: str, cfg_fields: dict | None = None,
+                       steps: int = 2000, seed: int = 0, log: Callable[[str], None] | None = print) -> dict:
+    """Train on the training split's programs in `paths`, score the held-out split's (never
+    trained on), save to `out`; returns the held-out ranking metrics."""
+    from ..workloads import split_tasks
+    recs = read_records(paths)
+    tok = Tokenizer.load(tokenizer)
+    train = programs_from_records(recs, {t.key: t for t in split_tasks("train")})
+    held = programs_from_records(recs, {t.key: t for t in split_tasks("held-out")})
+    if log:
+        log(f"[evaluator] {len(train)} training programs of {len({p.task_key for p in train})} tasks, "
+            f"{len(held)} held-out programs of {len({p.task_key for p in held})} tasks")
+    cfg = WorldModelConfig(tok.vocab_size, **(cfg_fields or {}))
+    ev = train_evaluator(train, tok, cfg, steps=steps, seed=seed, log=log)
+    metrics = ranking_metrics(held, ev.score([p.sentence for p in held])) if held else {}
+    ev.save(out, extra={"trained_on": len(train), "held_out_metrics": metrics})
+    return metrics
