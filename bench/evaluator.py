@@ -1,0 +1,137 @@
+"""Offline quality of the program evaluators, on held-out tasks' measurements.
+
+    .venv/bin/python bench/evaluator.py --world runs/evaluator/world --static runs/evaluator/static
+
+Test set: every held-out task with at least `--online` + 16 measured programs in the
+evaluation archive (`data/eval/*.jsonl.xz`: the evolutionary baseline and the TLM runs of
+`tlmir eval`); the metrics are computed on each task's programs after its first
+`--online` ones. Held-out tasks are never trained on. Rows:
+
+- random: scores drawn uniformly;
+- mlp cross-task: the search's MLP cost model (features.py + cost_model.py) trained on
+  every training-split program of `--train` (the iterate archive);
+- mlp online: the same MLP trained on the task's own first `--online` programs, as
+  evolutionary search has it after that many measurements;
+- world / static: the world-model evaluator with and without its latent transition
+  (`tlmir train evaluator`, `--no-transition`).
+
+Then TLM-1 / TLM-10 with ranking: of each task's 64 recorded TLM programs (the
+`tlm-64` run), the one (ten) the world model ranks first, against the greedy first
+program and the first ten the TLM wrote: the best of those / the best of all 64.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import math
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from tlmir.errors import TlmirError  # noqa: E402
+from tlmir.runtime.target import HardwareParams  # noqa: E402
+from tlmir.schedule.decider import Trace  # noqa: E402
+from tlmir.schedule.lower import lower  # noqa: E402
+from tlmir.schedule.space import SearchSpace  # noqa: E402
+from tlmir.search.cost_model import CostModel  # noqa: E402
+from tlmir.search.features import program_features  # noqa: E402
+from tlmir.search.world_train import Evaluator, Program, programs_from_records, ranking_metrics, read_records  # noqa: E402
+from tlmir.workloads import split_tasks  # noqa: E402
+
+
+def features(records, tasks) -> tuple[list, np.ndarray]:
+    """(records that lower, their program features) of records whose task is in `tasks`."""
+    keep, rows, spaces = [], [], {}
+    for r in records:
+        task = tasks.get(r.task_key)
+        if task is None:
+            continue
+        hw = HardwareParams.from_key(r.hw_key)
+        space = spaces.setdefault((r.task_key, r.hw_key), SearchSpace(task.outputs, hw))
+        try:
+            f = program_features(lower(space.replay(Trace.from_json(r.trace)), task.args), hw.vector_lanes)
+        except TlmirError:
+            continue
+        keep.append(r)
+        rows.append(f)
+    return keep, np.stack(rows)
+
+
+def throughput(records) -> np.ndarray:
+    return np.array([1.0 / r.best if r.ok and r.best else 0.0 for r in records])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--train", nargs="+", default=["data/iterate/records.jsonl.xz"])
+    p.add_argument("--test", nargs="+", default=sorted(glob.glob("data/eval/*.jsonl.xz")))
+    p.add_argument("--world", help="world-model evaluator directory")
+    p.add_argument("--static", help="its no-transition ablation")
+    p.add_argument("--online", type=int, default=64)
+    a = p.parse_args()
+    held = {t.key: t for t in split_tasks("held-out")}
+    train_tasks = {t.key: t for t in split_tasks("train")}
+    test_recs = [r for r in read_records(a.test) if r.task_key in held]
+    by_task: dict[str, list] = {}
+    for r in test_recs:
+        by_task.setdefault(r.task_key, []).append(r)
+    first = {k: v[: a.online] for k, v in by_task.items() if len(v) >= a.online + 16}
+    rest = [r for k in first for r in by_task[k][a.online:]]
+    rest_lowered, rest_feat = features(rest, held)
+    progs = programs_from_records(rest_lowered, held)
+    assert len(progs) == len(rest_lowered), "a program that lowers must replay into a sentence"
+    print(f"test: {len(progs)} programs of {len(first)} held-out tasks (after each task's first {a.online})")
+    rows = {"random": np.random.default_rng(0).random(len(progs))}
+    train_recs, train_feat = features(read_records(a.train), train_tasks)
+    mlp = CostModel()
+    mlp.fit(train_feat, throughput(train_recs), np.array([r.task_key for r in train_recs]))
+    rows["mlp cross-task"] = mlp.predict(rest_feat)
+    online = np.zeros(len(progs))
+    for key, recs in first.items():
+        own, own_feat = features(recs, held)
+        m = CostModel()
+        m.fit(own_feat, throughput(own), np.zeros(len(own)))
+        ix = [i for i, r in enumerate(rest_lowered) if r.task_key == key]
+        online[ix] = m.predict(rest_feat[ix])
+    rows["mlp online"] = online
+    for name, path in (("world", a.world), ("static", a.static)):
+        if path:
+            rows[name] = Evaluator.load(path).score([q.sentence for q in progs])
+    print("| evaluator | pairwise accuracy | top-1 recall | top-10 recall | Kendall τ |")
+    print("|---|---:|---:|---:|---:|")
+    for name, scores in rows.items():
+        m = ranking_metrics(progs, scores)
+        print(f"| {name} | {m['pairwise_accuracy']:.3f} | {m['top1_recall']:.2f} | {m['top10_recall']:.2f} | "
+              f"{m['kendall_tau']:.3f} |")
+    if a.world:
+        tlm_ranking(Evaluator.load(a.world), [path for path in a.test if "tlm-64" in path], held)
+
+
+def tlm_ranking(ev: Evaluator, paths: list, held: dict) -> None:
+    by_task: dict[str, list[Program]] = {}
+    for q in programs_from_records(read_records(paths), held):
+        by_task.setdefault(q.task_key, []).append(q)
+    ratios: dict[str, list[float]] = {"greedy (TLM-1)": [], "ranked first of 64": [],
+                                      "first 10 (TLM-10)": [], "ranked first 10 of 64": []}
+    for progs in by_task.values():
+        if len(progs) < 64:
+            continue
+        lat = np.array([q.seconds or math.inf for q in progs[:64]])
+        order = np.argsort(-ev.score([q.sentence for q in progs[:64]]), kind="stable")
+        best = lat.min()
+        ratios["greedy (TLM-1)"].append(best / lat[0])
+        ratios["ranked first of 64"].append(best / lat[order[0]])
+        ratios["first 10 (TLM-10)"].append(best / lat[:10].min())
+        ratios["ranked first 10 of 64"].append(best / lat[order[:10]].min())
+    n = len(ratios["greedy (TLM-1)"])
+    print(f"\nTLM programs on {n} held-out tasks: best of the picks / best of all 64 (geometric mean)")
+    print("| picks | ratio |\n|---|---:|")
+    for name, xs in ratios.items():
+        print(f"| {name} | {math.exp(np.mean(np.log(np.maximum(xs, 1e-4)))):.3f} |")
+
+
+if __name__ == "__main__":
+    main()
