@@ -33,8 +33,8 @@ erf(x)   |x| < 1: x + x Q(x^2), deg(Q) = 6 (rel. err 3e-9, keeps erf(tiny) accur
          otherwise sign(x) * min(P(a - 2.5), 1) with a = min(|x|, 4) and P a degree-12
          fit of erf itself on [1, 4] (abs. err 8e-8; float32's spacing just below 1 is
          6e-8; a least-squares fit at Chebyshev nodes); erf(+-4) rounds to +-1. Both branches
-         run for every vector lane; this one used to be 1 - exp(-a^2) G(a - 2.5), whose exp
-         made GELU's epilogue cost 5% of a dense kernel (session 10: 0.2 ms of 4.2 ms).
+         run for every vector lane; the form 1 - exp(-a^2) G(a - 2.5) is not used, as its exp
+         makes GELU's epilogue cost 5% of a dense kernel (0.2 ms of 4.2 ms).
 sigmoid  1 / (1 + exp(-x)) with the exp above.
 """
 from __future__ import annotations

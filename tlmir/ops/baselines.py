@@ -9,7 +9,7 @@ convolution or pooling, so the conv / pool ops only have "torch".
 its compiler's CPU fusions call), for dense (activation fused) and matmul. "torch" runs
 those ops through MKL's sgemm, and MKL picks its kernels by CPU vendor: on an AMD Zen 5
 host it ran dense 128x768x3072 at 6.7 ms, oneDNN (AVX-512 on any vendor) at 3.3 ms
-(docs/benchmarks.md, session 14). Conv and the rest already run on oneDNN or on
+(docs/benchmarks.md, "an AMD Zen 5 host"). Conv and the rest already run on oneDNN or on
 PyTorch's own vectorized kernels under "torch". Unknown ops give `{}`.
 
 The torch callables take torch tensors; `prepare(op, arrays, "torch")` makes them once with

@@ -42,10 +42,10 @@ def measure_in_process(func: PrimFunc, inputs: list[np.ndarray], expected: list[
 
     A candidate whose warm run is slower than `cutoff` seconds is timed by that run alone:
     it cannot be the best, and repeating it would only cost time. The first run only
-    verifies: it is cold (first call of the JIT code, first touch of temporaries) and took
-    200-400 us for a 15 us layernorm, so when it decided the cutoff every small candidate
-    looked slow and was recorded at its cold time (sessions 2-5). The number of repeats
-    (about 2 s per candidate) is sized by a warm run too."""
+    verifies: it is cold (first call of the JIT code, first touch of temporaries) and takes
+    200-400 us for a 15 us layernorm, so were it to decide the cutoff every small candidate
+    would look slow and be recorded at its cold time. The number of repeats (about 2 s per
+    candidate) is sized by a warm run too."""
     from ..codegen_cpu import compile_func
     kernel = compile_func(func)
     if num_threads is not None:

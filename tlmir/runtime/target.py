@@ -82,7 +82,8 @@ class SearchParams:
     local_share: float = 0.25          # evolutionary search: share of a round measured as random,
                                        # unranked mutants of the best measured programs
     local_parents: int = 4             # ... of the best programs of this many best sketches (8: no
-                                       # better on dense over 10 seeds, docs/benchmarks.md session 13)
+                                       # better on dense over 10 seeds: docs/benchmarks.md,
+                                       # "local mutants for every sketch")
     sketch_share: float = 0.25         # ... share of the population and of a round's model picks
                                        # dealt round-robin over the sketches (each its own top-scored)
     sketch_drop_factor: float = 10.0   # ... a sketch whose best is this much slower than the best
