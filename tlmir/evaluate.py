@@ -13,10 +13,13 @@ clock each run has spent per task in `<db>.wall.json` after every round, so a ki
 evaluation resumes where it stopped. `report` re-times every framework's best program
 of every task in one process, one after the other (median of repeats, all cores), next
 to PyTorch: search-time measurements were taken under whatever else ran, the report's
-are comparable. With an `archive` directory (kept in the repository) every run's records
-(`<db>.jsonl.xz`) and wall clock are copied there after each task, and an `out` without a
-run's DB starts from the archive's: a baseline searched once serves every later model. Framework_k = Σ_tasks best latency; the speedup matrix holds
-Framework_col / Framework_row.
+are comparable. Framework_k = Σ_tasks best latency over the tasks every framework has;
+the speedup matrices hold Framework_col / Framework_row over the tasks both frameworks
+have (Σ, and the geometric mean of per-task ratios).
+
+With an `archive` directory (kept in the repository) every run's records
+(`<db>.jsonl.xz`) and wall clock are copied there after each task, and an `out` without
+a run's DB starts from the archive's: a baseline searched once serves every later model.
 
 `network_report` is the end-to-end view: a network's weighted latency (Σ weight ×
 subgraph latency) after tuning every subgraph, next to PyTorch eager running the same
@@ -211,10 +214,10 @@ class Evaluation:
 
     def _save_archive(self, db_name: str, db: RecordDB) -> None:
         from .runtime.records import export_jsonl
+        from .lm.checkpoint import atomic_write
         records, wall = self._archived(db_name)
         export_jsonl(db, records)
-        shutil.copyfile(self._wall_path(db_name), wall + ".tmp")
-        os.replace(wall + ".tmp", wall)
+        atomic_write(wall, lambda tmp: shutil.copyfile(self._wall_path(db_name), tmp))
 
     # ------------------------------------------------------------------ search
     def search(self, which: str = "all") -> None:

@@ -12,6 +12,9 @@ from dataclasses import asdict, dataclass
 from ..errors import ScheduleError
 
 
+ISA_LANES = {"avx512": 16, "avx2": 8, "sse": 4}  # float32 lanes of each ISA's widest register
+
+
 @dataclass(frozen=True)
 class HardwareParams:
     kind: str = "cpu"
@@ -32,16 +35,15 @@ class HardwareParams:
     @classmethod
     def from_key(cls, key: str) -> "HardwareParams":
         """The hardware a records key names (`cpu-avx512-c2-l1_32K-l2_1024K`)."""
+        bad = ScheduleError(f"hardware key {key!r} is not of the form KIND-ISA-cCORES-l1_<n>K-l2_<n>K")
         try:
             kind, isa, cores, l1, l2 = key.split("-")
-            lanes = {"avx512": 16, "avx2": 8, "sse": 4}[isa]
-            hw = cls(kind, isa, int(cores.removeprefix("c")), lanes,
+            hw = cls(kind, isa, int(cores.removeprefix("c")), ISA_LANES[isa],
                      int(l1.removeprefix("l1_").removesuffix("K")), int(l2.removeprefix("l2_").removesuffix("K")))
         except (ValueError, KeyError):
-            raise ScheduleError(f"hardware key {key!r} is not of the form "
-                                f"KIND-ISA-cCORES-l1_<n>K-l2_<n>K") from None
+            raise bad from None
         if hw.key != key:
-            raise ScheduleError(f"hardware key {key!r} is not of the form KIND-ISA-cCORES-l1_<n>K-l2_<n>K")
+            raise bad
         return hw
 
 
@@ -142,5 +144,5 @@ def host_hardware() -> HardwareParams:
         has = {k for k, v in feats.items() if v}
     except RuntimeError:
         has = set()
-    isa, lanes = ("avx512", 16) if "avx512f" in has else (("avx2", 8) if "avx2" in has else ("sse", 4))
-    return HardwareParams("cpu", isa, os.cpu_count() or 1, lanes, _cache_kb(0, 48), _cache_kb(2, 2048))
+    isa = "avx512" if "avx512f" in has else ("avx2" if "avx2" in has else "sse")
+    return HardwareParams("cpu", isa, os.cpu_count() or 1, ISA_LANES[isa], _cache_kb(0, 48), _cache_kb(2, 2048))

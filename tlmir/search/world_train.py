@@ -33,6 +33,7 @@ from ..lm.language import trace_to_sentence
 from ..lm.tokenizer import Tokenizer
 from ..runtime.target import HardwareParams
 from ..schedule.decider import Trace
+from . import cost_model
 from .world_model import WorldModel, WorldModelConfig, collate, numeric_features, ranking_loss, split_sentence
 
 FORMAT = "tlmir-world-model"
@@ -68,11 +69,8 @@ def programs_from_records(records: Iterable, tasks: dict) -> list[Program]:
 
 def normalized_throughput(programs: Sequence[Program]) -> np.ndarray:
     """Per program: its task's best latency / its latency (0 if it failed)."""
-    best: dict[str, float] = {}
-    for p in programs:
-        if p.seconds:
-            best[p.task_key] = min(best.get(p.task_key, math.inf), p.seconds)
-    return np.array([best[p.task_key] / p.seconds if p.seconds else 0.0 for p in programs])
+    return cost_model.normalized_throughput(np.array([1.0 / p.seconds if p.seconds else 0.0 for p in programs]),
+                                            np.array([p.task_key for p in programs]))
 
 
 class Evaluator:
