@@ -13,10 +13,13 @@ evaluation archive (`data/eval/*.jsonl.xz`: the evolutionary baseline and the TL
 - mlp online: the same MLP trained on the task's own first `--online` programs, as
   evolutionary search has it after that many measurements;
 - world / static: the world-model evaluator with and without its latent transition
-  (`tlmir train evaluator`, `--no-transition`).
+  (`tlmir train evaluator`, `--no-transition`); `--world` may be given several times
+  (`NAME=DIR`) to compare variants;
+- world online: the `--world` evaluator fine-tuned on the task's first `--online`
+  programs, as `evolutionary@world` has it after that many measurements.
 
 Then TLM-1 / TLM-10 with ranking: of each task's 64 recorded TLM programs (the
-`tlm-64` run), the one (ten) the world model ranks first, against the greedy first
+`tlm@none-64` run), the one (ten) the world model ranks first, against the greedy first
 program and the first ten the TLM wrote: the best of those / the best of all 64.
 """
 from __future__ import annotations
@@ -68,9 +71,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--train", nargs="+", default=["data/iterate/records.jsonl.xz"])
     p.add_argument("--test", nargs="+", default=sorted(glob.glob("data/eval/*.jsonl.xz")))
-    p.add_argument("--world", help="world-model evaluator directory")
+    p.add_argument("--world", nargs="+", default=[], help="world-model evaluator directories (NAME=DIR or DIR)")
     p.add_argument("--static", help="its no-transition ablation")
     p.add_argument("--online", type=int, default=64)
+    p.add_argument("--finetune-steps", type=int, default=60, help="world online: fine-tuning steps")
     a = p.parse_args()
     held = {t.key: t for t in split_tasks("held-out")}
     train_tasks = {t.key: t for t in split_tasks("train")}
@@ -97,17 +101,37 @@ def main() -> None:
         ix = [i for i, r in enumerate(rest_lowered) if r.task_key == key]
         online[ix] = m.predict(rest_feat[ix])
     rows["mlp online"] = online
-    for name, path in (("world", a.world), ("static", a.static)):
-        if path:
-            rows[name] = Evaluator.load(path).score([q.sentence for q in progs])
+    evaluators = {}
+    for i, spec in enumerate(a.world):
+        name, _, path = spec.rpartition("=")
+        evaluators[name or ("world" if i == 0 else f"world {i + 1}")] = Evaluator.load(path)
+    if a.static:
+        evaluators["static"] = Evaluator.load(a.static)
+    for name, ev in evaluators.items():
+        rows[name] = ev.score_programs(progs)
+    if a.world:
+        rows[f"{next(iter(evaluators))} online"] = world_online(next(iter(evaluators)), evaluators, first, held,
+                                                               progs, a.finetune_steps)
     print("| evaluator | pairwise accuracy | top-1 recall | top-10 recall | Kendall τ |")
     print("|---|---:|---:|---:|---:|")
     for name, scores in rows.items():
         m = ranking_metrics(progs, scores)
         print(f"| {name} | {m['pairwise_accuracy']:.3f} | {m['top1_recall']:.2f} | {m['top10_recall']:.2f} | "
               f"{m['kendall_tau']:.3f} |")
-    evaluators = {name: Evaluator.load(path) for name, path in (("world", a.world), ("static", a.static)) if path}
-    tlm_ranking(evaluators, [path for path in a.test if "tlm-64" in path], held)
+    tlm_ranking(evaluators, [path for path in a.test if "tlm@none-64" in path], held)
+
+
+def world_online(name: str, evaluators: dict, first: dict, held: dict, progs: list, steps: int) -> np.ndarray:
+    """Scores of `progs` by the evaluator fine-tuned, per task, on that task's first programs."""
+    import copy
+    out = np.zeros(len(progs))
+    for key, recs in first.items():
+        ev = evaluators[name]
+        own = Evaluator(copy.deepcopy(ev.model), ev.tok)
+        own.fine_tune(programs_from_records(recs, held), steps=steps)
+        ix = [i for i, q in enumerate(progs) if q.task_key == key]
+        out[ix] = own.score_programs([progs[i] for i in ix])
+    return out
 
 
 def tlm_ranking(evaluators: dict, paths: list, held: dict) -> None:
@@ -123,7 +147,7 @@ def tlm_ranking(evaluators: dict, paths: list, held: dict) -> None:
         ratios["greedy (TLM-1)"].append(best / lat[0])
         ratios["first 10 (TLM-10)"].append(best / lat[:10].min())
         for name, ev in evaluators.items():
-            order = np.argsort(-ev.score([q.sentence for q in progs[:64]]), kind="stable")
+            order = np.argsort(-ev.score_programs(progs[:64]), kind="stable")
             ratios.setdefault(f"{name}: its first of 64", []).append(best / lat[order[0]])
             ratios.setdefault(f"{name}: its first 10 of 64", []).append(best / lat[order[:10]].min())
     n = len(ratios["greedy (TLM-1)"])

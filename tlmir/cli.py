@@ -80,6 +80,10 @@ def cmd_tune(args) -> None:
     from .lm.commands import passive_openmp
     passive_openmp()  # every strategy measures under the same OpenMP wait policy (workers inherit it)
     threads = int(os.environ.get("TLMIR_NUM_THREADS") or os.cpu_count() or 1)
+    if args.cost_model:
+        args.strategy = f"{args.strategy.partition('@')[0]}@{args.cost_model}"
+    from .search.strategy import parse_strategy
+    parse_strategy(args.strategy)  # a bad name fails before any task is built
     if args.workload:
         from .workloads import network_tasks
         res = tune_workload(network_tasks(args.workload), args.trials_per_task, args.strategy, args.db,
@@ -114,7 +118,7 @@ def cmd_eval(args) -> None:
     from .lm.commands import passive_openmp
     passive_openmp()
     tasks = representative_tasks(args.split)[: args.tasks]
-    ev = Evaluation(args.out, tasks, frameworks([int(b) for b in args.budgets.split(",")], args.baseline),
+    ev = Evaluation(args.out, tasks, frameworks([int(b) for b in args.budgets.split(",")], args.baseline, args.tlm),
                     args.model, log=None if args.json else print, archive=args.archive)
     if args.phase in ("all", "search"):
         ev.search(args.which)
@@ -169,6 +173,39 @@ def cmd_show_db(args) -> None:
                 _show_best_program(task_key, trace, op_from_args(args) if args.op else None)
 
 
+def cmd_rank(args) -> None:
+    """Predicted vs measured: every task of a records DB ranked by the evaluator."""
+    import numpy as np
+    from .runtime.task import Task
+    from .search.rankers import cached_evaluator
+    from .search.world_train import normalized_throughput, programs_from_records, ranking_metrics, read_records
+    from .workloads import split_tasks
+    ev = cached_evaluator(args.evaluator)
+    tasks = {t.key: t for split in ("train", "held-out") for t in split_tasks(split)}
+    if args.op:
+        task = Task.from_op(op_from_args(args))
+        tasks[task.key] = task
+    recs = read_records([args.db])
+    by_task: dict = {}
+    for p in programs_from_records(recs, tasks, with_features=ev.reads_features):
+        by_task.setdefault(p.task_key, []).append(p)
+    unknown = {r.task_key for r in recs} - set(tasks)
+    if unknown:
+        print(f"({len(unknown)} task(s) of the DB are not among the workloads: pass --op/--shape to rank one)")
+    for key, progs in by_task.items():
+        scores = ev.score_programs(progs)
+        m = ranking_metrics(progs, scores, k=args.top)
+        print(f"# {tasks[key].name}: {len(progs)} programs | pairwise accuracy {m['pairwise_accuracy']:.3f} | "
+              f"top-1 recall {m['top1_recall']:.0f} | top-{args.top} recall {m[f'top{args.top}_recall']:.0f} | "
+              f"Kendall tau {m['kendall_tau']:.3f}")
+        y = normalized_throughput(progs)
+        measured_rank = {int(i): r + 1 for r, i in enumerate(np.argsort(-y, kind="stable"))}
+        print(f"{'predicted':>9} {'measured':>8} {'ms':>10} {'score':>8}")
+        for r, i in enumerate(np.argsort(-scores, kind="stable")[: args.top]):
+            ms = f"{progs[i].seconds * 1e3:10.4f}" if progs[i].seconds else "    failed"
+            print(f"{r + 1:>9} {measured_rank[int(i)]:>8} {ms} {scores[i]:8.3f}")
+
+
 def _print_lowered(func) -> None:
     """The lowered loop IR and, where the CPU backend's prefetch pass adds to it, the program
     it compiles."""
@@ -215,13 +252,22 @@ def main(argv: list[str] | None = None) -> int:
     sh.add_argument("--db", help="instead of an op: print the best record of each task in a records DB")
     sh.add_argument("--best", action="store_true", help="with --db: also the schedule and loop IR")
     sh.set_defaults(fn=cmd_show)
+    rk = sub.add_parser("rank", help="the world-model evaluator's ranking of a records DB vs the measurements")
+    op_args(rk)
+    rk.add_argument("--db", required=True, help="records: .db, .jsonl or .jsonl.xz")
+    rk.add_argument("--evaluator", default="default", help="evaluator directory (default: the shipped one)")
+    rk.add_argument("--top", type=int, default=10, help="programs listed per task (and the top-k recall's k)")
+    rk.set_defaults(fn=cmd_rank)
     tu = sub.add_parser("tune", help="search the schedule space of an op or of a network's subgraphs")
     op_args(tu)
     tu.add_argument("--workload", help="network name (see `tlmir workloads`)")
     tu.add_argument("--trials", type=int, default=64, help="measurements for --op")
     tu.add_argument("--trials-per-task", type=int, default=64, help="measurements per task for --workload")
     tu.add_argument("--strategy", default="evolutionary",
-                    help="random | evolutionary | tlm | tlm+evolutionary")
+                    help="random | evolutionary | tlm | tlm+evolutionary (NAME@COST_MODEL also works)")
+    tu.add_argument("--cost-model", choices=("mlp", "world", "none"),
+                    help="what ranks candidates before they are measured: mlp (evolutionary's default), "
+                         "world (the world-model evaluator; tlm's default), none (tlm: as written)")
     tu.add_argument("--model", default="default",
                     help="TLM for the tlm strategies: default (shipped, SFT'd), base, or a directory")
     tu.add_argument("--db", help="records database (SQLite); reruns resume from it")
@@ -234,7 +280,12 @@ def main(argv: list[str] | None = None) -> int:
     ev = sub.add_parser("eval", help="TLM at k measurements vs search baselines on held-out tasks")
     ev.add_argument("--split", default="held-out")
     ev.add_argument("--budgets", default="1,10,32,64", help="TLM measurement budgets")
-    ev.add_argument("--baseline", default="evolutionary:64,1000", help="STRATEGY:K1,K2 (prefixes of one run)")
+    ev.add_argument("--baseline", nargs="+", default=["evolutionary:64,1000"],
+                    help="STRATEGY:K1,K2 ... (each the prefixes of one run; STRATEGY may name a cost "
+                         "model: evolutionary@world)")
+    ev.add_argument("--tlm", nargs="+", default=["tlm"],
+                    help="TLM strategies run at each budget: tlm (ranked by the world model), tlm@none "
+                         "(measured as written)")
     ev.add_argument("--out", default="runs/eval", help="records DBs, wall.json, report.json/.md")
     ev.add_argument("--model", default="default")
     ev.add_argument("--archive", metavar="DIR", help="copy every run's records here after each task (kept in "

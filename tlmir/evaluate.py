@@ -1,10 +1,12 @@
 """The paper's evaluation (§6.3–6.4): TLM at k measurements against search baselines.
 
-    tlmir eval --split held-out --budgets 1,10,32,64 --baseline evolutionary:64,1000
+    tlmir eval --split held-out --budgets 1,10,32,64 --tlm tlm@none tlm@world \
+        --baseline evolutionary:64,1000 evolutionary@world:64
 
 Tasks: one representative per category of the split (op family, and kernel size for
 convolutions), the median-FLOP task of each. Frameworks: `tlm-<k>` is an independent
-TLM run of k measurements per task; `<strategy>-<k>` of a baseline is the best after
+TLM run of k measurements per task (`tlm@world`: the TLM's samples ranked by the world
+model, `tlm@none`: measured as written); `<strategy>-<k>` of a baseline is the best after
 the first k measurements of one run of the largest budget (search is sequential, so
 the first 64 of a 1000-measurement run are a 64-measurement run).
 
@@ -87,15 +89,25 @@ class Framework:
         return f"{self.strategy}-{self.k}.db" if self.strategy.startswith("tlm") else f"{self.strategy}.db"
 
 
-def frameworks(budgets: list[int], baseline: str) -> list[Framework]:
-    """TLM at each budget, and `strategy:k1,k2,...` as prefixes of one baseline run."""
-    out = [Framework("tlm", k, k) for k in sorted(budgets)]
-    if baseline:
+def frameworks(budgets: list[int], baselines: str | list[str], tlm: str | list[str] = "tlm") -> list[Framework]:
+    """Each TLM strategy (`tlm`, `tlm@none`, ...) at each budget, and each baseline
+    `strategy:k1,k2,...` as prefixes of one run of it."""
+    from .search.strategy import parse_strategy
+    tlms = [tlm] if isinstance(tlm, str) else list(tlm)
+    for spec in tlms:
+        if not spec.startswith("tlm"):
+            raise TlmirError(f"--tlm {spec!r}: expected a tlm strategy (tlm, tlm@world, tlm@none)")
+        parse_strategy(spec)
+    out = [Framework(spec, k, k) for spec in tlms for k in sorted(budgets)]
+    for baseline in ([baselines] if isinstance(baselines, str) else baselines):
+        if not baseline:
+            continue
         strategy, _, ks = baseline.partition(":")
         try:
             bks = sorted(int(k) for k in ks.split(","))
         except ValueError:
             raise TlmirError(f"--baseline {baseline!r}: expected STRATEGY:K1,K2,...") from None
+        parse_strategy(strategy)
         out += [Framework(strategy, k, bks[-1]) for k in bks]
     if any(f.k < 1 for f in out):
         raise TlmirError("measurement budgets must be >= 1")

@@ -98,10 +98,12 @@ def cmd_train_sft(args) -> None:
 
 
 def cmd_train_evaluator(args) -> None:
+    from ..search.features import NUM_FEATURES
     from ..search.world_train import train_from_records
     tokenizer = args.tokenizer or os.path.join(model_dir(BASE_MODEL), TOKENIZER_FILE)
-    metrics = train_from_records(args.db, args.out, tokenizer, {"d_model": args.d_model,
-                                 "transition": not args.no_transition}, steps=args.steps, seed=args.seed)
+    cfg = {"d_model": args.d_model, "transition": not args.no_transition,
+           "n_features": 0 if args.no_features else NUM_FEATURES}
+    metrics = train_from_records(args.db, args.out, tokenizer, cfg, steps=args.steps, seed=args.seed)
     print(json.dumps({"out": args.out, "held_out": metrics}, indent=1))
 
 
@@ -235,6 +237,8 @@ def add_parsers(sub, op_args) -> None:
     ev.add_argument("--steps", type=int, default=2000)
     ev.add_argument("--d-model", type=int, default=96)
     ev.add_argument("--no-transition", action="store_true", help="the static ablation: no latent dynamics")
+    ev.add_argument("--no-features", action="store_true",
+                    help="the head reads the decisions only, not the lowered program's features")
     ev.add_argument("--seed", type=int, default=0)
     ev.set_defaults(fn=cmd_train_evaluator)
     it = sub.add_parser("iterate", help="iterative optimization: generate, measure, fine-tune (paper §5.3)")

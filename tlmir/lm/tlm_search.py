@@ -1,9 +1,12 @@
 """Search strategies driven by the tensor language model.
 
 `tlm`: every round the TLM writes new programs for the task (constrained generation,
-batched); the tuner measures them and keeps the best. The very first candidate is the
-model's greedy answer (temperature 0) — with a budget of one measurement that is the
-program used, no search at all; the rest are sampled.
+batched); the tuner measures them and keeps the best. Ranked (the default, `tlm@world`),
+the TLM writes `tlm_rank_per_slot` programs per measurement (at most `tlm_rank_max` a
+round) and the world-model evaluator (search/rankers.py) picks the ones measured, so
+TLM-1 measures the evaluator's best guess of 64; it is fine-tuned on the task's
+measurements for later rounds. Unranked (`tlm@none`), the very first candidate is the
+model's greedy answer (temperature 0) and the rest are sampled, measured as written.
 
 `tlm+evolutionary`: the first round is the `tlm` round; after it, Ansor's evolutionary
 search runs with TLM programs in place of random samples (population refills and the
@@ -14,8 +17,11 @@ from __future__ import annotations
 import os
 import threading
 
+import numpy as np
+
 from ..errors import TlmirError
 from ..schedule.space import SearchSpace
+from ..search.rankers import WorldRanker
 from ..search.strategy import Candidate, EvolutionarySearch, RandomSearch, make_candidate
 from .generate import Generator, Sampling
 
@@ -39,7 +45,8 @@ class TLMSearch(RandomSearch):
     name = "tlm"
 
     def __init__(self, space: SearchSpace, args, seed: int = 0, task=None, model: str = DEFAULT_MODEL,
-                 sampling: Sampling | None = None, batch_size: int = 64, greedy_first: bool = True):
+                 sampling: Sampling | None = None, batch_size: int = 64, greedy_first: bool = True,
+                 ranked: bool = True):
         super().__init__(space, args, seed)
         if task is None:
             raise TlmirError("the tlm strategy needs the task (its prompt is the model's input)")
@@ -47,15 +54,28 @@ class TLMSearch(RandomSearch):
         self.task, self.batch_size = task, batch_size
         self.gen = Generator(net, tok, space.hw, sampling or Sampling(space.sp.tlm_temperature), seed)
         self.greedy = Generator(net, tok, space.hw, Sampling(temperature=0.0), seed) if greedy_first else None
+        self.ranker = WorldRanker(space, task, seed) if ranked else None
+        self.measured: list[tuple[Candidate, float]] = []  # ranked: (candidate, throughput), to fine-tune
 
     def _generate(self, n: int, exclude: set) -> list[Candidate]:
-        """Up to n distinct TLM programs whose traces are not in `exclude`."""
+        """Up to n distinct TLM programs whose traces are not in `exclude`: the first n
+        written, or ranked, the evaluator's top n of n x tlm_rank_per_slot written."""
+        if self.ranker is None or n <= 0:
+            return self._write(n, exclude)
+        sp = self.space.sp
+        pool = self._write(max(n, min(n * sp.tlm_rank_per_slot, sp.tlm_rank_max)), exclude, draws=2)
+        order = np.argsort(-self.ranker.score(pool), kind="stable")
+        return [pool[i] for i in order[:n]]
+
+    def _write(self, n: int, exclude: set, draws: int = 4) -> list[Candidate]:
+        """Up to n distinct programs the TLM writes (greedy first, if it has not yet), in
+        at most `draws` batches after the greedy one: a sharp model repeats itself."""
         out: dict[str, Candidate] = {}
         if self.greedy is not None and n > 0:
             gens = self.greedy.generate(self.task, 1, 1, self.space)
             self.greedy = None
             out.update(self._candidates(gens, exclude, n))
-        for _ in range(4):  # a sharp model repeats itself; a few more draws, then give up
+        for _ in range(draws):
             need = n - len(out)
             if need <= 0:
                 break
@@ -82,17 +102,24 @@ class TLMSearch(RandomSearch):
             self.seen.update(c.key for c in picks)
         return picks
 
+    def update(self, measured: list[tuple[Candidate, float | None]]) -> None:
+        super().update(measured)
+        if self.ranker is not None:
+            self.measured += [(c, 1.0 / s if s else 0.0) for c, s in measured if c.func is not None]
+            self.ranker.fit(self.measured)
+
 
 class TLMEvolutionarySearch(EvolutionarySearch):
     name = "tlm+evolutionary"
     warmup = False  # round one is the model's programs: no untrained cost model to warm up
 
-    def __init__(self, space: SearchSpace, args, seed: int = 0, task=None, model: str = DEFAULT_MODEL):
-        super().__init__(space, args, seed)
-        self.tlm = TLMSearch(space, args, seed, task=task, model=model)
+    def __init__(self, space: SearchSpace, args, seed: int = 0, task=None, model: str = DEFAULT_MODEL,
+                 cost_model: str = "mlp"):
+        super().__init__(space, args, seed, task=task, cost_model=cost_model)
+        self.tlm = TLMSearch(space, args, seed, task=task, model=model, ranked=cost_model == "world")
 
     def _sample(self, n: int, exclude: set) -> list[Candidate]:
-        picks = self.tlm._generate(n, exclude)
+        picks = self.tlm._write(n, exclude)  # the population's cost model ranks them
         if len(picks) < n:
             picks += super()._sample(n - len(picks), exclude | {c.key for c in picks})
         return picks

@@ -105,6 +105,9 @@ class SearchParams:
     confirm_min_trials: int = 256      # the median (from this many trials; the re-measurements count)
     scheduler_optimism: float = 0.2    # task scheduler: weight of the untried-potential term
     tlm_temperature: float = 1.0       # sampling temperature of the tlm strategies (first program: greedy)
+    tlm_rank_per_slot: int = 64        # tlm ranked by the world model: samples written per program measured
+    tlm_rank_max: int = 1024           # ... and at most this many per round
+    world_finetune_steps: int = 30     # world cost model: fine-tuning steps per round of measurements
 
     def __post_init__(self):
         if self.tile_mutation not in ("move", "redraw"):

@@ -21,8 +21,7 @@ from ..ir.stmt import PrimFunc
 from ..schedule.decider import Trace
 from ..schedule.lower import lower
 from ..schedule.space import SearchSpace
-from .cost_model import CostModel
-from .features import program_features
+from .rankers import make_ranker
 
 
 @dataclass
@@ -86,12 +85,11 @@ class EvolutionarySearch(RandomSearch):
     name = "evolutionary"
     warmup = True  # the first round's worth comes in `warmup_rounds` smaller rounds
 
-    def __init__(self, space: SearchSpace, args, seed: int = 0, model: CostModel | None = None):
+    def __init__(self, space: SearchSpace, args, seed: int = 0, task=None, cost_model: str = "mlp"):
         super().__init__(space, args, seed)
         self.sp = space.sp
-        self.model = model or CostModel(seed=seed)
+        self.ranker = make_ranker(cost_model, space, task, seed)
         self.measured: list[tuple[Candidate, float]] = []  # (candidate, throughput 1/s; 0 if failed)
-        self._feat: dict[str, np.ndarray] = {}
 
     def round_size(self, done: int) -> int:
         """Until one round's worth is measured, rounds of measures_per_round / warmup_rounds:
@@ -100,20 +98,10 @@ class EvolutionarySearch(RandomSearch):
         per, k = self.sp.measures_per_round, self.sp.warmup_rounds
         return max(1, per // k) if self.warmup and k > 1 and done < per else per
 
-    def _features(self, cands: list[Candidate]) -> np.ndarray:
-        rows = []
-        for c in cands:
-            if c.key not in self._feat:
-                self._feat[c.key] = (program_features(c.func, self.space.hw.vector_lanes) if c.func is not None
-                                     else None)
-            rows.append(self._feat[c.key])
-        dim = next((r.shape[0] for r in rows if r is not None), 1)
-        return np.stack([r if r is not None else np.zeros(dim, np.float32) for r in rows])
-
     def _scores(self, cands: list[Candidate]) -> np.ndarray:
         if not cands:
             return np.zeros(0)
-        scores = np.asarray(self.model.predict(self._features(cands)), dtype=float)
+        scores = self.ranker.score(cands)
         scores[[c.func is None for c in cands]] = -np.inf
         return scores
 
@@ -215,23 +203,35 @@ class EvolutionarySearch(RandomSearch):
     def update(self, measured: list[tuple[Candidate, float | None]]) -> None:
         super().update(measured)
         self.measured += [(c, 1.0 / s if s else 0.0) for c, s in measured]
-        ok = [(c, t) for c, t in self.measured if c.func is not None]
-        if len(ok) >= 4:
-            self.model.fit(self._features([c for c, _ in ok]), np.array([t for _, t in ok]),
-                           np.zeros(len(ok), dtype=np.int64))
+        self.ranker.fit([(c, t) for c, t in self.measured if c.func is not None])
 
 
 STRATEGIES = ("random", "evolutionary", "tlm", "tlm+evolutionary")
 
 
-def make_strategy(name: str, space: SearchSpace, task, seed: int = 0, model: str = "default"):
-    """The search object of strategy `name` for `task` (`model`: the TLM for tlm strategies)."""
+def parse_strategy(spec: str) -> tuple[str, str | None]:
+    """`NAME[@COST_MODEL]` -> (strategy, cost model or None for the strategy's default):
+    `evolutionary@world` is evolutionary search ranked by the world model, `tlm@none` the
+    TLM's samples measured in the order written."""
+    name, _, cost = spec.partition("@")
+    if name not in STRATEGIES:
+        raise TlmirError(f"unknown strategy {name!r}; available: {', '.join(STRATEGIES)}")
+    allowed = ("world", "none") if name == "tlm" else ("mlp", "world") if name != "random" else ()
+    if cost and cost not in allowed:
+        raise TlmirError(f"strategy {name!r} takes cost model {' or '.join(allowed) or 'none'}, not {cost!r}")
+    return name, cost or None
+
+
+def make_strategy(spec: str, space: SearchSpace, task, seed: int = 0, model: str = "default"):
+    """The search object of strategy `spec` (see parse_strategy) for `task` (`model`: the
+    TLM for tlm strategies). Default cost models: `mlp` for evolutionary search, `world`
+    ranking for tlm."""
+    name, cost = parse_strategy(spec)
     if name == "random":
         return RandomSearch(space, task.args, seed)
     if name == "evolutionary":
-        return EvolutionarySearch(space, task.args, seed)
-    if name in ("tlm", "tlm+evolutionary"):
-        from ..lm.tlm_search import TLMEvolutionarySearch, TLMSearch  # torch only when asked for
-        cls = TLMSearch if name == "tlm" else TLMEvolutionarySearch
-        return cls(space, task.args, seed, task=task, model=model)
-    raise TlmirError(f"unknown strategy {name!r}; available: {', '.join(STRATEGIES)}")
+        return EvolutionarySearch(space, task.args, seed, task=task, cost_model=cost or "mlp")
+    from ..lm.tlm_search import TLMEvolutionarySearch, TLMSearch  # torch only when asked for
+    if name == "tlm":
+        return TLMSearch(space, task.args, seed, task=task, model=model, ranked=(cost or "world") == "world")
+    return TLMEvolutionarySearch(space, task.args, seed, task=task, model=model, cost_model=cost or "mlp")

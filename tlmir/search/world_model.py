@@ -12,8 +12,10 @@ program's tensor-language sentence (tlmir.lm.language):
   the log-magnitude of every number) into a_t;
 - the transition model rolls the state forward once per decision, s_t = GRUCell(a_t, s_t-1),
   so a decision is read in the context of every decision before it;
-- the ranking head scores [s_T, s0, mean_t a_t]; a second output predicts the program's
-  throughput normalised within its task (1 = the task's best).
+- the ranking head scores [s_T, s0, mean_t a_t] (and, with `n_features`, the lowered
+  program's features from search/features.py, standardised and embedded: what the
+  decisions made of the loop nest); a second output predicts the program's throughput
+  normalised within its task (1 = the task's best).
 
 `transition=False` is the ablation the paper makes: the same encoders, no dynamics, the
 head reading a bag of decisions (mean and max of the a_t) instead of s_T.
@@ -41,6 +43,7 @@ class WorldModelConfig:
     d_model: int = 96
     max_decision_words: int = 48  # words of one decision beyond this are dropped
     transition: bool = True       # False: the static, no-dynamics ablation
+    n_features: int = 0           # > 0: the head also reads the lowered program's features
 
 
 def numeric_features(word: str) -> tuple[float, float, float]:
@@ -99,12 +102,17 @@ class WorldModel(nn.Module):
         self.state = nn.GRU(d, d, batch_first=True)
         self.action = _mlp(d, d, d)
         self.transition = nn.GRUCell(d, d) if cfg.transition else None
-        self.head = _mlp(3 * d, d, 2)  # ranking score, normalised-throughput logit
+        self.features = _mlp(cfg.n_features, d, d) if cfg.n_features else None
+        if cfg.n_features:  # standardisation fitted on the training programs, saved with the weights
+            self.register_buffer("feature_mean", torch.zeros(cfg.n_features))
+            self.register_buffer("feature_std", torch.ones(cfg.n_features))
+        self.head = _mlp((4 if cfg.n_features else 3) * d, d, 2)  # ranking score, throughput logit
 
     def forward(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """(ranking scores [B], predicted normalised throughput [B]) of an encoded batch
         (see `collate`): the distinct prompts (prompt_ids/num [U, P], prompt_len [U]) and
-        each program's (prompt_index [B]), action_ids/num [B, T, W], action_mask [B, T, W]."""
+        each program's (prompt_index [B]), action_ids/num [B, T, W], action_mask [B, T, W]
+        and, with n_features, features [B, n_features]."""
         s0 = self.encode_state(batch)[batch["prompt_index"]]
         a = self.encode_actions(batch)  # [B, T, d]
         step = batch["action_mask"].any(-1)  # [B, T] real decisions
@@ -117,7 +125,10 @@ class WorldModel(nn.Module):
             final = s
         else:
             final = a.masked_fill(~step.unsqueeze(-1), -1e4).max(1).values.clamp(min=-1e3)
-        out = self.head(torch.cat([final, s0, mean_a], dim=-1))
+        parts = [final, s0, mean_a]
+        if self.features is not None:
+            parts.append(self.features((batch["features"] - self.feature_mean) / self.feature_std))
+        out = self.head(torch.cat(parts, dim=-1))
         return out[:, 0], torch.sigmoid(out[:, 1])
 
     def encode_state(self, batch: dict) -> torch.Tensor:
@@ -135,10 +146,11 @@ class WorldModel(nn.Module):
         return self.action(pooled).view(B, T, -1)
 
 
-def collate(encoded: list[tuple], max_words: int) -> dict:
+def collate(encoded: list[tuple], max_words: int, features: np.ndarray | None = None) -> dict:
     """Pad encoded programs (prompt ids, prompt numeric features [P, 3], per-decision ids,
     per-decision numeric features [W, 3] each) into the tensors `WorldModel.forward`
-    reads. Programs of one task share a prompt: it is encoded once per batch."""
+    reads; `features`: the programs' feature rows [B, n_features], if the model reads
+    them. Programs of one task share a prompt: it is encoded once per batch."""
     prompts: dict[tuple, int] = {}
     index = [prompts.setdefault(tuple(e[0]), len(prompts)) for e in encoded]
     first = {}
@@ -166,6 +178,8 @@ def collate(encoded: list[tuple], max_words: int) -> dict:
     out["action_ids"] = torch.from_numpy(ids)
     out["action_num"] = torch.from_numpy(num)
     out["action_mask"] = out["action_ids"] != 0
+    if features is not None:
+        out["features"] = torch.as_tensor(np.asarray(features, np.float32))
     return out
 
 

@@ -33,7 +33,10 @@ from ..lm.language import trace_to_sentence
 from ..lm.tokenizer import Tokenizer
 from ..runtime.target import HardwareParams
 from ..schedule.decider import Trace
+from ..schedule.lower import lower
+from ..schedule.space import SearchSpace
 from . import cost_model
+from .features import NUM_FEATURES, program_features
 from .world_model import WorldModel, WorldModelConfig, collate, numeric_features, ranking_loss, split_sentence
 
 FORMAT = "tlmir-world-model"
@@ -43,27 +46,37 @@ WEIGHTS, CONFIG, TOKENIZER = "model.safetensors", "config.json", "tokenizer.json
 
 @dataclass(frozen=True)
 class Program:
-    """One measured program: its task (key), sentence, and latency (None: it failed)."""
+    """One measured program: its task (key), sentence, latency (None: it failed) and the
+    lowered program's features (search/features.py; None where not computed)."""
     task_key: str
     sentence: str
     seconds: float | None
+    features: np.ndarray | None = None
 
 
-def programs_from_records(records: Iterable, tasks: dict) -> list[Program]:
+def programs_from_records(records: Iterable, tasks: dict, with_features: bool = True) -> list[Program]:
     """Records whose task is in `tasks` (key -> Task) as Programs; a trace the current
-    space cannot replay any more is skipped."""
-    out, hws = [], {}
+    space cannot replay (or lower) any more is skipped."""
+    out, hws, spaces = [], {}, {}
     for rec in records:
         task = tasks.get(rec.task_key)
         if task is None:
             continue
         if rec.hw_key not in hws:
             hws[rec.hw_key] = HardwareParams.from_key(rec.hw_key)
+        hw = hws[rec.hw_key]
         try:
-            sentence = trace_to_sentence(task, hws[rec.hw_key], Trace.from_json(rec.trace))
+            trace = Trace.from_json(rec.trace)
+            sentence = trace_to_sentence(task, hw, trace)
+            feats = None
+            if with_features:
+                space = spaces.get((rec.task_key, rec.hw_key))
+                if space is None:
+                    space = spaces[rec.task_key, rec.hw_key] = SearchSpace(task.outputs, hw)
+                feats = program_features(lower(space.replay(trace), task.args), hw.vector_lanes)
         except TlmirError:
             continue
-        out.append(Program(rec.task_key, sentence, rec.best if rec.ok else None))
+        out.append(Program(rec.task_key, sentence, rec.best if rec.ok else None, feats))
     return out
 
 
@@ -89,16 +102,64 @@ class Evaluator:
                 [np.array([numeric_features(w) for w in a], np.float32) for a in actions])
         return self._cache[sentence]
 
-    def batch(self, sentences: Sequence[str]) -> dict:
-        return collate([self.encode(s) for s in sentences], self.model.config.max_decision_words)
+    @property
+    def reads_features(self) -> bool:
+        return self.model.config.n_features > 0
+
+    def batch(self, sentences: Sequence[str], features: Sequence[np.ndarray] | None = None) -> dict:
+        if self.reads_features:
+            if features is None or len(features) != len(sentences):
+                raise TlmirError("this evaluator reads program features: give one row per sentence")
+            features = np.stack(features)
+        return collate([self.encode(s) for s in sentences], self.model.config.max_decision_words,
+                       features if self.reads_features else None)
 
     @torch.no_grad()
-    def score(self, sentences: Sequence[str], batch_size: int = 256) -> np.ndarray:
-        """Ranking scores, higher = predicted faster (comparable within a task)."""
+    def score(self, sentences: Sequence[str], features: Sequence[np.ndarray] | None = None,
+              batch_size: int = 256) -> np.ndarray:
+        """Ranking scores, higher = predicted faster (comparable within a task); `features`:
+        the programs' feature rows, for an evaluator that reads them."""
         self.model.eval()
-        out = [self.model(self.batch(sentences[i:i + batch_size]))[0]
+        out = [self.model(self.batch(sentences[i:i + batch_size],
+                                     None if features is None else features[i:i + batch_size]))[0]
                for i in range(0, len(sentences), batch_size)]
         return torch.cat(out).numpy() if out else np.zeros(0)
+
+    def score_programs(self, programs: Sequence[Program]) -> np.ndarray:
+        return self.score([p.sentence for p in programs],
+                          [p.features for p in programs] if self.reads_features else None)
+
+    def fit_feature_scale(self, programs: Sequence[Program]) -> None:
+        """Standardise the features by the training programs' mean and spread."""
+        if self.reads_features:
+            x = torch.as_tensor(np.stack([p.features for p in programs]), dtype=torch.float32)
+            self.model.feature_mean.copy_(x.mean(0))
+            self.model.feature_std.copy_(x.std(0).clamp(min=1e-3))
+
+    def fine_tune(self, programs: Sequence[Program], steps: int = 50, lr: float = 5e-4, seed: int = 0) -> None:
+        """Train further on one task's measured programs (online, as a search measures them):
+        every step ranks a sample of them against each other."""
+        if len({p.seconds for p in programs}) < 2:
+            return
+        y = torch.tensor(normalized_throughput(programs), dtype=torch.float32)
+        gen = torch.Generator().manual_seed(seed)
+        opt = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=1e-4)
+        self.model.train()
+        for _ in range(steps):
+            idx = torch.randperm(len(programs), generator=gen)[:64].tolist()
+            loss = self._loss([programs[i] for i in idx], y[idx], torch.zeros(len(idx), dtype=torch.long))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+            opt.step()
+        self.model.eval()
+
+    def _loss(self, programs: Sequence[Program], target: torch.Tensor, groups: torch.Tensor,
+              regression_weight: float = 1.0) -> torch.Tensor:
+        """Pairwise ranking within each group + squared error of the predicted throughput."""
+        scores, pred = self.model(self.batch([p.sentence for p in programs],
+                                             [p.features for p in programs] if self.reads_features else None))
+        return ranking_loss(scores, target, groups) + regression_weight * F.mse_loss(pred, target)
 
     # ------------------------------------------------------------------ storage
     def save(self, directory: str, extra: dict | None = None) -> None:
@@ -163,6 +224,7 @@ def train_evaluator(programs: Sequence[Program], tok: Tokenizer, cfg: WorldModel
     prev_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     ev = Evaluator(WorldModel(cfg), tok)
+    ev.fit_feature_scale(programs)
     opt = torch.optim.AdamW(ev.model.parameters(), lr=lr, weight_decay=1e-4)
     t0 = time.perf_counter()
     try:
@@ -175,9 +237,8 @@ def train_evaluator(programs: Sequence[Program], tok: Tokenizer, cfg: WorldModel
                 pick = rng.sample(by_task[k], min(per_task, len(by_task[k])))
                 idx += pick
                 groups += [gi] * len(pick)
-            scores, pred = ev.model(ev.batch([programs[i].sentence for i in idx]))
-            target = torch.tensor(y[idx], dtype=torch.float32)
-            loss = ranking_loss(scores, target, torch.tensor(groups)) + regression_weight * F.mse_loss(pred, target)
+            loss = ev._loss([programs[i] for i in idx], torch.tensor(y[idx], dtype=torch.float32),
+                            torch.tensor(groups), regression_weight)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(ev.model.parameters(), 1.0)
@@ -241,7 +302,8 @@ def read_records(paths: Sequence[str]) -> list:
 def train_from_records(paths: Sequence[str], out: str, tokenizer: str, cfg_fields: dict | None = None,
                        steps: int = 2000, seed: int = 0, log: Callable[[str], None] | None = print) -> dict:
     """Train on the training split's programs in `paths`, score the held-out split's (never
-    trained on), save to `out`; returns the held-out ranking metrics."""
+    trained on), save to `out`; returns the held-out ranking metrics. `cfg_fields`:
+    WorldModelConfig fields (`n_features=NUM_FEATURES`: the head reads program features)."""
     from ..workloads import split_tasks
     recs = read_records(paths)
     tok = Tokenizer.load(tokenizer)
@@ -252,6 +314,6 @@ def train_from_records(paths: Sequence[str], out: str, tokenizer: str, cfg_field
             f"{len(held)} held-out programs of {len({p.task_key for p in held})} tasks")
     cfg = WorldModelConfig(tok.vocab_size, **(cfg_fields or {}))
     ev = train_evaluator(train, tok, cfg, steps=steps, seed=seed, log=log)
-    metrics = ranking_metrics(held, ev.score([p.sentence for p in held])) if held else {}
+    metrics = ranking_metrics(held, ev.score_programs(held)) if held else {}
     ev.save(out, extra={"trained_on": len(train), "held_out_metrics": metrics})
     return metrics
