@@ -82,10 +82,10 @@ def test_tlm_strategies_find_verified_kernels(strategy):
     np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
 
 
-def test_tlm_with_one_trial_uses_the_greedy_program():
+def test_unranked_tlm_with_one_trial_uses_the_greedy_program():
     task = Task.from_op(ops.softmax(16, 64))
-    one = tune(task, trials=1, strategy="tlm", progress=False)
-    again = tune(task, trials=1, strategy="tlm", seed=7, progress=False)
+    one = tune(task, trials=1, strategy="tlm@none", progress=False)
+    again = tune(task, trials=1, strategy="tlm@none", seed=7, progress=False)
     assert one.measurements == 1 and one.best_trace is not None
     assert one.best_trace == again.best_trace  # greedy: independent of the sampling seed
 
