@@ -101,3 +101,28 @@ def test_programs_from_records_replay_each_machine_and_keep_failures():
     progs = programs_from_records(recs, {task.key: task})
     assert [p.seconds for p in progs] == [1e-3, None]
     assert progs[0].sentence == trace_to_sentence(task, hw, trace)
+
+
+def test_training_resumes_from_its_checkpoint_as_if_never_killed(tmp_path, monkeypatch):
+    from tlmir.search import world_train
+    progs = _toy_programs(24)
+    cfg = WorldModelConfig(TOK.vocab_size, d_model=16)
+    whole = train_evaluator(progs, TOK, cfg, steps=6, tasks_per_batch=2, per_task=8)
+    ckpt = str(tmp_path / "ckpt")
+    save = world_train._save_checkpoint
+
+    def save_then_die(directory, ev, opt, run):
+        save(directory, ev, opt, run)
+        if run["step"] == 4:
+            raise KeyboardInterrupt  # killed right after the checkpoint of step 4
+    monkeypatch.setattr(world_train, "_save_checkpoint", save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        train_evaluator(progs, TOK, cfg, steps=6, tasks_per_batch=2, per_task=8, checkpoint=ckpt, checkpoint_every=2)
+    logs = []
+    resumed = train_evaluator(progs, TOK, cfg, steps=6, tasks_per_batch=2, per_task=8, checkpoint=ckpt,
+                              checkpoint_every=2, log=logs.append)
+    assert any("resumed from" in line and "step 4" in line for line in logs)
+    sentences = [p.sentence for p in progs]
+    np.testing.assert_allclose(resumed.score(sentences), whole.score(sentences), rtol=1e-4, atol=1e-5)
+    with pytest.raises(ModelError, match="trained with other settings"):
+        train_evaluator(progs, TOK, cfg, steps=9, tasks_per_batch=2, per_task=8, checkpoint=ckpt)

@@ -166,3 +166,38 @@ def load_checkpoint(directory: str, expect_vocab_size: int | None = None) -> tup
     model.load_state_dict(tensors, strict=False)  # the tied head comes with wte.weight
     model.eval()
     return model, meta
+
+
+def training_state(model: torch.nn.Module, opt: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
+    """The optimizer state (AdamW moments and step per parameter) and the torch RNG state as
+    tensors, to store beside a checkpoint's weights as safetensors (never a pickle)."""
+    out = {"rng.torch": torch.get_rng_state().clone()}
+    for name, p in model.named_parameters():
+        st = opt.state.get(p)
+        if not st:
+            continue
+        out[f"opt.{name}.exp_avg"] = st["exp_avg"].detach().cpu().contiguous()
+        out[f"opt.{name}.exp_avg_sq"] = st["exp_avg_sq"].detach().cpu().contiguous()
+        out[f"opt.{name}.step"] = torch.as_tensor(st["step"], dtype=torch.float32).reshape(1).cpu()
+    return out
+
+
+def load_training_state(path: str, model: torch.nn.Module, opt: torch.optim.Optimizer, step: int) -> None:
+    """Restore what `training_state` stored (the optimizer state only if `step` > 0)."""
+    try:
+        tensors = load_file(path)
+    except Exception as e:
+        raise ModelError(f"{path} is not a readable safetensors file: {e}") from None
+    if "rng.torch" not in tensors:
+        raise ModelError(f"{path} lacks the RNG state")
+    if step > 0:
+        for name, p in model.named_parameters():
+            keys = [f"opt.{name}.{k}" for k in ("exp_avg", "exp_avg_sq", "step")]
+            if any(k not in tensors for k in keys):
+                raise ModelError(f"{path} lacks the optimizer state of {name}")
+            a, s, n = (tensors[k] for k in keys)
+            if tuple(a.shape) != tuple(p.shape) or tuple(s.shape) != tuple(p.shape):
+                raise ModelError(f"{path}: optimizer state of {name} has the wrong shape")
+            opt.state[p] = {"step": n.reshape(()).clone(), "exp_avg": a.to(p.device).clone(),
+                            "exp_avg_sq": s.to(p.device).clone()}
+    torch.set_rng_state(tensors["rng.torch"])

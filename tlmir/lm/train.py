@@ -31,11 +31,11 @@ from typing import Callable
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from ..errors import ModelError
-from .checkpoint import (CONFIG, atomic_write, atomic_write_text, load_checkpoint, read_config,
-                         save_checkpoint, sha256_file)
+from .checkpoint import (CONFIG, atomic_write, atomic_write_text, load_checkpoint, load_training_state,
+                         read_config, save_checkpoint, sha256_file, training_state)
 from .model import GPT, GPTConfig
 
 TRAIN_STATE = "train_state.safetensors"
@@ -202,38 +202,6 @@ def _optimizer(model: GPT, lr: float, weight_decay: float) -> torch.optim.AdamW:
                               {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.95))
 
 
-def _state_tensors(model: GPT, opt: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
-    out = {"rng.torch": torch.get_rng_state().clone()}
-    for name, p in model.named_parameters():
-        st = opt.state.get(p)
-        if not st:
-            continue
-        out[f"opt.{name}.exp_avg"] = st["exp_avg"].detach().cpu().contiguous()
-        out[f"opt.{name}.exp_avg_sq"] = st["exp_avg_sq"].detach().cpu().contiguous()
-        out[f"opt.{name}.step"] = torch.as_tensor(st["step"], dtype=torch.float32).reshape(1).cpu()
-    return out
-
-
-def _load_state(path: str, model: GPT, opt: torch.optim.Optimizer, step: int) -> None:
-    try:
-        tensors = load_file(path)
-    except Exception as e:
-        raise ModelError(f"{path} is not a readable safetensors file: {e}") from None
-    if "rng.torch" not in tensors:
-        raise ModelError(f"{path} lacks the RNG state")
-    if step > 0:
-        for name, p in model.named_parameters():
-            keys = [f"opt.{name}.{k}" for k in ("exp_avg", "exp_avg_sq", "step")]
-            if any(k not in tensors for k in keys):
-                raise ModelError(f"{path} lacks the optimizer state of {name}")
-            a, s, n = (tensors[k] for k in keys)
-            if tuple(a.shape) != tuple(p.shape) or tuple(s.shape) != tuple(p.shape):
-                raise ModelError(f"{path}: optimizer state of {name} has the wrong shape")
-            opt.state[p] = {"step": n.reshape(()).clone(), "exp_avg": a.to(p.device).clone(),
-                            "exp_avg_sq": s.to(p.device).clone()}
-    torch.set_rng_state(tensors["rng.torch"])
-
-
 def _plot(history: list[dict], path: str) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -347,7 +315,7 @@ def pretrain(sequences, val_sequences, config: GPTConfig,
             model.to(device).train()
             opt = _optimizer(model, lr, weight_decay)
             if resumed_from is not None:
-                _load_state(state_path, model, opt, step)
+                load_training_state(state_path, model, opt, step)
             order = _Order(len(train), batch_size, seed)
             n_params = model.num_params()
             log(f"{out_dir}: {n_params:,} parameters, {len(train)} training sequences "
@@ -365,7 +333,7 @@ def pretrain(sequences, val_sequences, config: GPTConfig,
                 return elapsed0 + time.monotonic() - t_call
 
             def checkpoint() -> None:
-                tensors = _state_tensors(model, opt)
+                tensors = training_state(model, opt)
                 atomic_write(state_path, lambda tmp: save_file(
                     tensors, tmp, metadata={"format": _STATE_FORMAT, "step": str(step)}))
                 atomic_write_text(hist_path, json.dumps(history, indent=1) + "\n")

@@ -19,6 +19,7 @@ import json
 import math
 import os
 import random
+import shutil
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
@@ -42,6 +43,7 @@ from .world_model import WorldModel, WorldModelConfig, collate, numeric_features
 FORMAT = "tlmir-world-model"
 VERSION = 1
 WEIGHTS, CONFIG, TOKENIZER = "model.safetensors", "config.json", "tokenizer.json"
+STATE = "train_state.safetensors"  # a checkpoint's optimizer state and step
 
 
 @dataclass(frozen=True)
@@ -208,10 +210,13 @@ class Evaluator:
 def train_evaluator(programs: Sequence[Program], tok: Tokenizer, cfg: WorldModelConfig, steps: int = 2000,
                     tasks_per_batch: int = 16, per_task: int = 16, lr: float = 2e-3,
                     regression_weight: float = 1.0, seed: int = 0, threads: int = 1,
-                    log: Callable[[str], None] | None = None) -> Evaluator:
-    """Train a fresh evaluator: each step takes `per_task` programs of each of
-    `tasks_per_batch` tasks; loss = pairwise ranking within tasks + squared error of the
-    predicted normalised throughput."""
+                    log: Callable[[str], None] | None = None, checkpoint: str | None = None,
+                    checkpoint_every: int = 100) -> Evaluator:
+    """Train an evaluator: each step takes `per_task` programs of each of `tasks_per_batch`
+    tasks; loss = pairwise ranking within tasks + squared error of the predicted
+    normalised throughput. With `checkpoint` (a directory) the weights, optimizer state and
+    step are saved there every `checkpoint_every` steps, and a run started again with the
+    same settings goes on from the last one: same batches, same schedule."""
     y = normalized_throughput(programs)
     by_task: dict[str, list[int]] = {}
     for i, p in enumerate(programs):
@@ -226,17 +231,21 @@ def train_evaluator(programs: Sequence[Program], tok: Tokenizer, cfg: WorldModel
     ev = Evaluator(WorldModel(cfg), tok)
     ev.fit_feature_scale(programs)
     opt = torch.optim.AdamW(ev.model.parameters(), lr=lr, weight_decay=1e-4)
+    run = {"steps": steps, "seed": seed, "lr": lr, "programs": len(programs)}
+    start = _resume(checkpoint, ev, opt, run, log) if checkpoint else 0
     t0 = time.perf_counter()
     try:
         ev.model.train()
         for step in range(steps):
-            for g in opt.param_groups:  # cosine decay
-                g["lr"] = lr * 0.5 * (1 + math.cos(math.pi * step / steps))
             idx, groups = [], []
             for gi, k in enumerate(rng.sample(keys, min(tasks_per_batch, len(keys)))):
                 pick = rng.sample(by_task[k], min(per_task, len(by_task[k])))
                 idx += pick
                 groups += [gi] * len(pick)
+            if step < start:  # drawn only to keep the batches those of an unbroken run
+                continue
+            for g in opt.param_groups:  # cosine decay
+                g["lr"] = lr * 0.5 * (1 + math.cos(math.pi * step / steps))
             loss = ev._loss([programs[i] for i in idx], torch.tensor(y[idx], dtype=torch.float32),
                             torch.tensor(groups), regression_weight)
             opt.zero_grad(set_to_none=True)
@@ -245,10 +254,47 @@ def train_evaluator(programs: Sequence[Program], tok: Tokenizer, cfg: WorldModel
             opt.step()
             if log and (step % 100 == 0 or step == steps - 1):
                 log(f"step {step + 1}/{steps} | loss {loss.item():.4f} | {time.perf_counter() - t0:.0f}s")
+            if checkpoint and (step + 1) % checkpoint_every == 0 and step + 1 < steps:
+                _save_checkpoint(checkpoint, ev, opt, {**run, "step": step + 1})
     finally:
         torch.set_num_threads(prev_threads)
     ev.model.eval()
     return ev
+
+
+def _save_checkpoint(directory: str, ev: Evaluator, opt, run: dict) -> None:
+    """Training state first, then the evaluator (whose config.json, written last, says the step)."""
+    from safetensors.torch import save_file
+
+    from ..lm.checkpoint import training_state
+    os.makedirs(directory, exist_ok=True)
+    state = {**training_state(ev.model, opt), "step": torch.tensor([run["step"]])}
+    atomic_write(os.path.join(directory, STATE), lambda tmp: save_file(state, tmp))
+    ev.save(directory, extra={"run": run})
+
+
+def _resume(directory: str, ev: Evaluator, opt, run: dict, log) -> int:
+    """The step a checkpoint in `directory` reached (0 if there is none), its weights and
+    optimizer state loaded into `ev` and `opt`."""
+    from safetensors.torch import load_file
+
+    from ..lm.checkpoint import load_training_state
+    if not os.path.isfile(os.path.join(directory, CONFIG)):
+        return 0
+    saved = Evaluator.load(directory)
+    with open(os.path.join(directory, CONFIG)) as f:
+        meta = json.load(f)
+    step = meta.get("run", {}).get("step", 0)
+    if saved.model.config != ev.model.config or {**meta.get("run", {}), "step": 0} != {**run, "step": 0}:
+        raise ModelError(f"evaluator checkpoint {directory} was trained with other settings "
+                         f"({meta.get('run')}); remove it to start afresh")
+    ev.model.load_state_dict(saved.model.state_dict())
+    state = os.path.join(directory, STATE)
+    if os.path.isfile(state) and int(load_file(state)["step"][0]) == step:
+        load_training_state(state, ev.model, opt, step)
+    if log:
+        log(f"[evaluator] resumed from {directory} at step {step}")
+    return step
 
 
 def ranking_metrics(programs: Sequence[Program], scores: np.ndarray, k: int = 10) -> dict:
@@ -302,7 +348,8 @@ def read_records(paths: Sequence[str]) -> list:
 def train_from_records(paths: Sequence[str], out: str, tokenizer: str, cfg_fields: dict | None = None,
                        steps: int = 2000, seed: int = 0, log: Callable[[str], None] | None = print) -> dict:
     """Train on the training split's programs in `paths`, score the held-out split's (never
-    trained on), save to `out`; returns the held-out ranking metrics. `cfg_fields`:
+    trained on), save to `out` (checkpoints in `out`/checkpoint until it is done: a killed
+    run started again goes on from the last); returns the held-out ranking metrics. `cfg_fields`:
     WorldModelConfig fields (`n_features=NUM_FEATURES`: the head reads program features)."""
     from ..workloads import split_tasks
     recs = read_records(paths)
@@ -313,7 +360,9 @@ def train_from_records(paths: Sequence[str], out: str, tokenizer: str, cfg_field
         log(f"[evaluator] {len(train)} training programs of {len({p.task_key for p in train})} tasks, "
             f"{len(held)} held-out programs of {len({p.task_key for p in held})} tasks")
     cfg = WorldModelConfig(tok.vocab_size, **(cfg_fields or {}))
-    ev = train_evaluator(train, tok, cfg, steps=steps, seed=seed, log=log)
+    checkpoint = os.path.join(out, "checkpoint")
+    ev = train_evaluator(train, tok, cfg, steps=steps, seed=seed, log=log, checkpoint=checkpoint)
     metrics = ranking_metrics(held, ev.score_programs(held)) if held else {}
     ev.save(out, extra={"trained_on": len(train), "held_out_metrics": metrics})
+    shutil.rmtree(checkpoint, ignore_errors=True)
     return metrics
