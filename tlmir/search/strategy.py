@@ -3,7 +3,8 @@
 `propose(n)` returns up to n candidates not measured before; `update` feeds back what
 was measured. Evolutionary search is Ansor's: a population from the best measured
 traces plus fresh samples, evolved by mutation (one answer redrawn) with selection by a
-learned cost model over program features, then ε-greedy: most of a round is the
+learned cost model (rankers.py: `mlp` over program features by default, or the `world`
+model), then ε-greedy: most of a round is the
 model's top picks, the rest random samples. A share of every round is unranked random
 mutants of the best measured programs (a local search the model cannot veto), and a share
 of the population and of the model's picks is dealt over the sketches, so the search does

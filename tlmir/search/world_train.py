@@ -138,7 +138,7 @@ class Evaluator:
             self.model.feature_mean.copy_(x.mean(0))
             self.model.feature_std.copy_(x.std(0).clamp(min=1e-3))
 
-    def fine_tune(self, programs: Sequence[Program], steps: int = 50, lr: float = 5e-4, seed: int = 0) -> None:
+    def fine_tune(self, programs: Sequence[Program], steps: int = 20, lr: float = 2e-4, seed: int = 0) -> None:
         """Train further on one task's measured programs (online, as a search measures them):
         every step ranks a sample of them against each other."""
         if len({p.seconds for p in programs}) < 2:
