@@ -386,14 +386,15 @@ def markdown(rep: dict) -> str:
 # ---------------------------------------------------------------------- networks
 
 def network_report(network: str, strategy: str = "tlm", trials_per_task: int = 10, db: str | None = None,
-                   model: str = "default", threads: int | None = None, progress: bool = True) -> dict:
+                   model: str = "default", threads: int | None = None, progress: bool = True,
+                   sp: SearchParams | None = None) -> dict:
     """Tune every subgraph of `network`, then time each subgraph's best program, PyTorch
     eager and the untuned default schedule: per-subgraph and weighted total latency."""
     from .search.tune import tune_workload
     from .workloads import network_tasks
     tasks = network_tasks(network)
     t0 = time.perf_counter()
-    res = tune_workload(tasks, trials_per_task, strategy, db, progress=progress, model=model)
+    res = tune_workload(tasks, trials_per_task, strategy, db, progress=progress, model=model, sp=sp)
     rep = {"network": network, "strategy": strategy, "trials_per_task": trials_per_task, "db": db,
            "measurements": res.measurements, "tuning_seconds": time.perf_counter() - t0}
     return _time_network(rep, tasks, [r.best_trace.to_json() if r.best_trace else None for r in res.results],
