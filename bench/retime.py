@@ -8,8 +8,8 @@ For each DB (its best record of the workload's task) and each --trace, per round
 (tlmir.ops.baselines.baseline_times_isolated), then each program `tries` times (a median
 of 15 calls each) at 1 and 2 threads. Prints, per program and thread count, the median
 over rounds of: the fastest of the tries (the statistic the baselines get), their median,
-and the first alone (what bench/search.py reported before session 9), each with its ratio
-to PyTorch (then to oneDNN: "torch/onednn").
+and the first alone (what bench/search.py keeps as `..._first_s`), each with its ratio to
+PyTorch (then to oneDNN: "torch/onednn").
 """
 from __future__ import annotations
 

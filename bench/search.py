@@ -93,7 +93,7 @@ def report(budgets, strategies, db_dir, workloads, rounds: int = 3, tries: int =
     fall on both sides instead of on one number. Within a round a best program's time is
     the fastest of `tries` medians, the statistic the baselines get (the fastest of 3
     medians in each of 2 processes: a stall of the machine is not the code's speed); the
-    first of those medians alone, the statistic of sessions 7-8, is kept as `..._first_s`."""
+    first of those medians alone is kept as `..._first_s`, for comparison."""
     hw_key = host_hardware().key
     rows = []
     for name, make in workloads.items():
@@ -156,7 +156,7 @@ def main() -> None:
     for field, kind in SEARCH_OVERRIDES:
         p.add_argument("--" + field.replace("_", "-"), type=kind, help=f"SearchParams.{field} (default: its default)")
     p.add_argument("--uniform-mutation", action="store_true",
-                   help="SearchParams.mutation_weights=(): mutate every question alike (before session 8)")
+                   help="SearchParams.mutation_weights=(): mutate every question alike (no rule weights)")
     a = p.parse_args()
     prefixes = a.workloads.split(",") if a.workloads else [""]
     workloads = {n: f for n, f in WORKLOADS.items() if any(n.startswith(x) for x in prefixes)}

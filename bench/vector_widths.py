@@ -5,8 +5,8 @@
 C = A @ B (n x n x n, float32), scheduled as `for i.outer, j.outer, k, i.inner (unrolled,
 --rows), j.inner (vectorized, width w)`, one thread. Every kernel is checked against numpy
 first; printed: the median of 15 timed calls per width, and the ratio to width 16 (one
-AVX-512 register). Session 10 found widths such as 48 and 24 running 25x slower than 16
-or 64 (LLVM legalized `<48 x float>` into scalar code); the backend now emits them as
+AVX-512 register). Emitted as one vector, widths such as 48 and 24 ran 25x slower than
+16 or 64 (LLVM legalizes `<48 x float>` into scalar code); the backend emits them as
 16-wide vectors plus a tail (docs/architecture.md, "Vector widths").
 """
 from __future__ import annotations
