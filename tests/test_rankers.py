@@ -65,7 +65,7 @@ def test_fine_tuning_on_a_tasks_measurements_teaches_its_order():
 
 @pytest.mark.parametrize("spec, message", [("evolutionary@lstm", "takes cost model mlp or world, not 'lstm'"),
                                            ("tlm@mlp", "takes cost model world or none"),
-                                           ("random@world", "takes cost model none"),
+                                           ("random@world", "takes no cost model, not 'world'"),
                                            ("annealing", "unknown strategy 'annealing'")])
 def test_a_bad_strategy_or_cost_model_is_named(spec, message):
     with pytest.raises(TlmirError, match=message):

@@ -219,7 +219,8 @@ def parse_strategy(spec: str) -> tuple[str, str | None]:
         raise TlmirError(f"unknown strategy {name!r}; available: {', '.join(STRATEGIES)}")
     allowed = ("world", "none") if name == "tlm" else ("mlp", "world") if name != "random" else ()
     if cost and cost not in allowed:
-        raise TlmirError(f"strategy {name!r} takes cost model {' or '.join(allowed) or 'none'}, not {cost!r}")
+        takes = f"cost model {' or '.join(allowed)}" if allowed else "no cost model"
+        raise TlmirError(f"strategy {name!r} takes {takes}, not {cost!r}")
     return name, cost or None
 
 
