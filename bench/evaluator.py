@@ -1,10 +1,11 @@
 """Offline quality of the program evaluators, on held-out tasks' measurements.
 
-    .venv/bin/python bench/evaluator.py --world runs/evaluator/world --static runs/evaluator/static
+    .venv/bin/python bench/evaluator.py --world world-feat=tlmir/lm/models/evaluator --static runs/evaluator/static
 
 Test set: every held-out task with at least `--online` + 16 measured programs in the
-evaluation archive (`data/eval/*.jsonl.xz`: the evolutionary baseline and the TLM runs of
-`tlmir eval`); the metrics are computed on each task's programs after its first
+evaluation archive (`data/eval/*.jsonl.xz`: the evolutionary baseline and the unranked
+TLM runs of `tlmir eval`; the `@world` runs are left out, their programs were chosen by
+an evaluator); the metrics are computed on each task's programs after its first
 `--online` ones. Held-out tasks are never trained on. Rows:
 
 - random: scores drawn uniformly;
@@ -70,7 +71,8 @@ def throughput(records) -> np.ndarray:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--train", nargs="+", default=["data/iterate/records.jsonl.xz"])
-    p.add_argument("--test", nargs="+", default=sorted(glob.glob("data/eval/*.jsonl.xz")))
+    p.add_argument("--test", nargs="+",
+                   default=sorted(p for p in glob.glob("data/eval/*.jsonl.xz") if "@world" not in p))
     p.add_argument("--world", nargs="+", default=[], help="world-model evaluator directories (NAME=DIR or DIR)")
     p.add_argument("--static", help="its no-transition ablation")
     p.add_argument("--online", type=int, default=64)
