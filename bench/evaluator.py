@@ -72,7 +72,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--train", nargs="+", default=["data/iterate/records.jsonl.xz"])
     p.add_argument("--test", nargs="+",
-                   default=sorted(p for p in glob.glob("data/eval/*.jsonl.xz") if "@world" not in p))
+                   default=sorted(f for f in glob.glob("data/eval/*.jsonl.xz") if "@world" not in f))
     p.add_argument("--world", nargs="+", default=[], help="world-model evaluator directories (NAME=DIR or DIR)")
     p.add_argument("--static", help="its no-transition ablation")
     p.add_argument("--online", type=int, default=64)
