@@ -15,6 +15,7 @@ cache per candidate what does not change between rounds (features, sentences).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import threading
 from typing import Sequence
@@ -125,7 +126,6 @@ class WorldRanker:
             self._pending = list(measured)
 
     def _fine_tune(self, measured: Sequence[tuple]) -> None:
-        import dataclasses
         if not self._own:
             from .world_train import Evaluator
             self.ev = Evaluator(copy.deepcopy(self.ev.model), self.ev.tok)

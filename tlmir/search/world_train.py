@@ -37,7 +37,7 @@ from ..schedule.decider import Trace
 from ..schedule.lower import lower
 from ..schedule.space import SearchSpace
 from . import cost_model
-from .features import NUM_FEATURES, program_features
+from .features import program_features
 from .world_model import WorldModel, WorldModelConfig, collate, numeric_features, ranking_loss, split_sentence
 
 FORMAT = "tlmir-world-model"
