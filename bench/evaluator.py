@@ -35,37 +35,17 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from tlmir.errors import TlmirError  # noqa: E402
-from tlmir.runtime.target import HardwareParams  # noqa: E402
-from tlmir.schedule.decider import Trace  # noqa: E402
-from tlmir.schedule.lower import lower  # noqa: E402
-from tlmir.schedule.space import SearchSpace  # noqa: E402
 from tlmir.search.cost_model import CostModel  # noqa: E402
-from tlmir.search.features import program_features  # noqa: E402
 from tlmir.search.world_train import Evaluator, Program, programs_from_records, ranking_metrics, read_records  # noqa: E402
 from tlmir.workloads import split_tasks  # noqa: E402
 
 
-def features(records, tasks) -> tuple[list, np.ndarray]:
-    """(records that lower, their program features) of records whose task is in `tasks`."""
-    keep, rows, spaces = [], [], {}
-    for r in records:
-        task = tasks.get(r.task_key)
-        if task is None:
-            continue
-        hw = HardwareParams.from_key(r.hw_key)
-        space = spaces.setdefault((r.task_key, r.hw_key), SearchSpace(task.outputs, hw))
-        try:
-            f = program_features(lower(space.replay(Trace.from_json(r.trace)), task.args), hw.vector_lanes)
-        except TlmirError:
-            continue
-        keep.append(r)
-        rows.append(f)
-    return keep, np.stack(rows)
+def feature_rows(progs: list[Program]) -> np.ndarray:
+    return np.stack([q.features for q in progs])
 
 
-def throughput(records) -> np.ndarray:
-    return np.array([1.0 / r.best if r.ok and r.best else 0.0 for r in records])
+def throughput(progs: list[Program]) -> np.ndarray:
+    return np.array([1.0 / q.seconds if q.seconds else 0.0 for q in progs])
 
 
 def main() -> None:
@@ -85,22 +65,20 @@ def main() -> None:
     for r in test_recs:
         by_task.setdefault(r.task_key, []).append(r)
     first = {k: v[: a.online] for k, v in by_task.items() if len(v) >= a.online + 16}
-    rest = [r for k in first for r in by_task[k][a.online:]]
-    rest_lowered, rest_feat = features(rest, held)
-    progs = programs_from_records(rest_lowered, held)
-    assert len(progs) == len(rest_lowered), "a program that lowers must replay into a sentence"
+    progs = programs_from_records([r for k in first for r in by_task[k][a.online:]], held)
+    first_progs = {k: programs_from_records(recs, held) for k, recs in first.items()}
     print(f"test: {len(progs)} programs of {len(first)} held-out tasks (after each task's first {a.online})")
     rows = {"random": np.random.default_rng(0).random(len(progs))}
-    train_recs, train_feat = features(read_records(a.train), train_tasks)
+    rest_feat = feature_rows(progs)
+    train = programs_from_records(read_records(a.train), train_tasks)
     mlp = CostModel()
-    mlp.fit(train_feat, throughput(train_recs), np.array([r.task_key for r in train_recs]))
+    mlp.fit(feature_rows(train), throughput(train), np.array([q.task_key for q in train]))
     rows["mlp cross-task"] = mlp.predict(rest_feat)
     online = np.zeros(len(progs))
-    for key, recs in first.items():
-        own, own_feat = features(recs, held)
+    for key, own in first_progs.items():
         m = CostModel()
-        m.fit(own_feat, throughput(own), np.zeros(len(own)))
-        ix = [i for i, r in enumerate(rest_lowered) if r.task_key == key]
+        m.fit(feature_rows(own), throughput(own), np.zeros(len(own)))
+        ix = [i for i, q in enumerate(progs) if q.task_key == key]
         online[ix] = m.predict(rest_feat[ix])
     rows["mlp online"] = online
     evaluators = {}
@@ -112,8 +90,8 @@ def main() -> None:
     for name, ev in evaluators.items():
         rows[name] = ev.score_programs(progs)
     if a.world:
-        rows[f"{next(iter(evaluators))} online"] = world_online(next(iter(evaluators)), evaluators, first, held,
-                                                               progs, a.finetune_steps)
+        name = next(iter(evaluators))
+        rows[f"{name} online"] = world_online(evaluators[name], first_progs, progs, a.finetune_steps)
     print("| evaluator | pairwise accuracy | top-1 recall | top-10 recall | Kendall τ |")
     print("|---|---:|---:|---:|---:|")
     for name, scores in rows.items():
@@ -123,14 +101,12 @@ def main() -> None:
     tlm_ranking(evaluators, [path for path in a.test if "tlm@none-64" in path], held)
 
 
-def world_online(name: str, evaluators: dict, first: dict, held: dict, progs: list, steps: int) -> np.ndarray:
+def world_online(ev: Evaluator, first_progs: dict, progs: list, steps: int) -> np.ndarray:
     """Scores of `progs` by the evaluator fine-tuned, per task, on that task's first programs."""
-    import copy
     out = np.zeros(len(progs))
-    for key, recs in first.items():
-        ev = evaluators[name]
-        own = Evaluator(copy.deepcopy(ev.model), ev.tok)
-        own.fine_tune(programs_from_records(recs, held), steps=steps)
+    for key, own_progs in first_progs.items():
+        own = ev.copy()
+        own.fine_tune(own_progs, steps=steps)
         ix = [i for i, q in enumerate(progs) if q.task_key == key]
         out[ix] = own.score_programs([progs[i] for i in ix])
     return out

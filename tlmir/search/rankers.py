@@ -14,7 +14,6 @@ cache per candidate what does not change between rounds (features, sentences).
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import os
 import threading
@@ -127,8 +126,7 @@ class WorldRanker:
 
     def _fine_tune(self, measured: Sequence[tuple]) -> None:
         if not self._own:
-            from .world_train import Evaluator
-            self.ev = Evaluator(copy.deepcopy(self.ev.model), self.ev.tok)
+            self.ev = self.ev.copy()
             self._own = True
         progs = [dataclasses.replace(self.program(c), seconds=1.0 / t if t > 0 else None) for c, t in measured]
         self.ev.fine_tune(progs, steps=self.space.sp.world_finetune_steps, seed=self.seed + len(measured))

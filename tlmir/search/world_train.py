@@ -14,6 +14,7 @@ and the tokenizer the words were read with.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
@@ -103,6 +104,10 @@ class Evaluator:
                 [np.array(self.tok.encode(a)) for a in actions],
                 [np.array([numeric_features(w) for w in a], np.float32) for a in actions])
         return self._cache[sentence]
+
+    def copy(self) -> "Evaluator":
+        """An evaluator with weights of its own (to fine-tune) and the same tokenizer."""
+        return Evaluator(copy.deepcopy(self.model), self.tok)
 
     @property
     def reads_features(self) -> bool:
