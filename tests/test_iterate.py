@@ -239,3 +239,35 @@ def test_iterate_restarts_a_fine_tuning_the_kill_interrupted(tmp_path, monkeypat
     monkeypatch.setattr(it, "_start_sft", started.append)
     it.run()
     assert started[:2] == [0, 1]  # round 0's fine-tuning again, before round 1 is measured, then round 1's
+
+
+def test_ranked_iterate_measures_the_evaluators_picks_plus_explored_ones(tmp_path):
+    from types import SimpleNamespace
+
+    from tlmir.lm.generate import Generator, Sampling
+    from tlmir.lm.tlm_search import cached_model
+    from tlmir.search.rankers import WorldRanker
+    from tlmir.search.strategy import make_candidate
+    task = Task.from_op(ops.dense(32, 48, 64, bias=True, act="gelu"))
+    it = Iteration(str(tmp_path), "base", [task],
+                   IterateConfig(rounds=1, per_task=4, batches=1, rank_per_slot=4, explore=1), log=None)
+    space = SearchSpace(task.outputs, it.hw, it.sp)
+    model, tok = cached_model("base")
+    written = Generator(model, tok, it.hw, Sampling(1.0), seed=3).generate(task, 16, 16, space)
+    pool = {g.trace.to_json(): g for g in written if g.trace is not None}
+    assert len(pool) > 5
+    cands = [make_candidate(space, task.args, (g.schedule, g.trace)) for g in pool.values()]
+    scores = WorldRanker(space, task).score(cands)
+    order = [cands[i].key for i in np.argsort(-scores, kind="stable")]
+    seen = {order[0]}  # measured in an earlier round: never picked again
+    picks = it._pick(0, task, space, SimpleNamespace(generate=lambda *a: written), 4, seen)
+    keys = [c.key for c in picks]
+    assert keys[:3] == order[1:4]  # the evaluator's best three not measured before
+    assert keys[3] in order[4:] and len(set(keys)) == 4  # one explored from the rest
+    it.cfg = IterateConfig(rounds=1, per_task=4, batches=1, rank_per_slot=1)
+    as_written = [k for k in pool if k not in seen][:4]
+    assert [c.key for c in it._pick(0, task, space, SimpleNamespace(generate=lambda *a: written), 4, seen)] \
+        == as_written
+    it.db.close()
+    with pytest.raises(TlmirError, match="rank_per_slot"):
+        Iteration(str(tmp_path / "bad"), "base", [task], IterateConfig(rank_per_slot=0), log=None)

@@ -115,7 +115,8 @@ def cmd_iterate(args) -> None:
     tasks = [t for t in split_tasks(args.split) if t.flops <= args.max_gflop * 1e9]
     tasks = spread(tasks, args.tasks) if args.tasks else tasks
     cfg = IterateConfig(rounds=args.rounds, per_task=args.per_task, batches=args.batches,
-                        sft_epochs=args.sft_epochs, seed=args.seed)
+                        sft_epochs=args.sft_epochs, rank_per_slot=args.rank_per_slot,
+                        explore=args.explore, seed=args.seed)
     res = Iteration(args.out, args.model, tasks, cfg, archive=args.archive).run()
     last = res["curve"][-1]
     print(f"final model {res['out']} (from {res['final_model']}); normalized latency "
@@ -254,6 +255,12 @@ def add_parsers(sub, op_args) -> None:
                                       "(records.jsonl.xz) and progress after every round; a new "
                                       "machine's run resumes from it")
     it.add_argument("--sft-epochs", type=float, default=8.0)
+    it.add_argument("--rank-per-slot", type=int, default=4,
+                    help="programs the model writes per program measured; the world-model evaluator "
+                         "picks which are measured (1: measured as written)")
+    it.add_argument("--explore", type=int, default=4,
+                    help="ranked: of each task's programs measured, this many are drawn at random "
+                         "from the written rest instead of picked by the evaluator")
     it.add_argument("--seed", type=int, default=0)
     it.set_defaults(fn=cmd_iterate)
     ge = sub.add_parser("generate", help="generate schedules for an op with a TLM (paper Alg. 2)")

@@ -7,7 +7,11 @@ the best programs as demonstrations, fine-tune, repeat.
 
 The training tasks are sorted by type and dealt round-robin into `batches` batches;
 round r measures batch r mod batches: `per_task` programs per task, written by the
-newest fine-tuned model finished at that point (the base model before any). After a
+newest fine-tuned model finished at that point (the base model before any). Ranked
+(`rank_per_slot` > 1), the model writes `rank_per_slot` programs per measurement and the
+world-model evaluator picks all but `explore` of the measured ones; the `explore` others
+are drawn at random from the rest, so the demonstrations are not only what the evaluator
+already believes. After a
 round, the best program of every task (and of every sketch close enough to it) becomes
 a demonstration, and a fresh copy of the base model is fine-tuned on all
 demonstrations so far — in a separate process at the lowest CPU priority, so it soaks up
@@ -32,6 +36,8 @@ import shutil
 import time
 from dataclasses import asdict, dataclass
 from typing import Callable
+
+import numpy as np
 
 from ..errors import TlmirError
 from ..runtime.records import RecordDB, export_jsonl, import_jsonl
@@ -62,6 +68,8 @@ class IterateConfig:
     sft_lr: float = 5e-4
     demo_sketch_slack: float = 1.5  # a sketch's best program is a demonstration within this x task best
     temperature: float = 1.0
+    rank_per_slot: int = 4     # programs written per program measured; > 1: the evaluator picks
+    explore: int = 4           # ranked: measured programs drawn at random from the written rest
     seed: int = 0
 
 
@@ -129,8 +137,10 @@ class Iteration:
         self.out, self.base = out, model_dir(base)
         Tokenizer.load(os.path.join(self.base, TOKENIZER_FILE))  # a model of an older language fails here
         self.cfg = config or IterateConfig()
-        if self.cfg.rounds < 1 or self.cfg.per_task < 1 or self.cfg.batches < 1:
-            raise TlmirError("iterate needs rounds, per_task and batches >= 1")
+        if min(self.cfg.rounds, self.cfg.per_task, self.cfg.batches, self.cfg.rank_per_slot) < 1:
+            raise TlmirError("iterate needs rounds, per_task, batches and rank_per_slot >= 1")
+        if self.cfg.explore < 0:
+            raise TlmirError("iterate needs explore >= 0")
         if not tasks:
             raise TlmirError("iterate needs at least one task")
         self.tasks = {t.key: t for t in tasks}
@@ -156,6 +166,7 @@ class Iteration:
             with open(path) as fh:
                 prog = json.load(fh)
             prog["done"] = [list(d) for d in prog["done"]]
+            prog["config"] = asdict(self.cfg)  # this run's; each curve point names its ranking
             for k in ("reference", "curve", "wall_seconds"):
                 prog[k]
         except (OSError, ValueError, KeyError, TypeError) as e:
@@ -277,13 +288,8 @@ class Iteration:
         best = min((r.best for r in mine if r.best is not None), default=math.inf)
         n = 0
         if need > 0:
-            for g in gen.generate(task, need, 64, space):
-                key = g.trace.to_json() if g.trace is not None else None
-                if key is None or key in seen:
-                    continue  # the model wrote a program measured before: not measured twice
-                seen.add(key)
-                rec = measure_candidate(measurer, task, make_candidate(space, task.args, (g.schedule, g.trace)),
-                                        best, self.hw, self.sp, STRATEGY, rnd)
+            for cand in self._pick(rnd, task, space, gen, need, seen):
+                rec = measure_candidate(measurer, task, cand, best, self.hw, self.sp, STRATEGY, rnd)
                 self.db.append(rec)
                 if rec.best is not None:
                     best = min(best, rec.best)
@@ -291,6 +297,26 @@ class Iteration:
         self.progress["done"].append([rnd, task.key])
         self._save_progress()
         return n
+
+    def _pick(self, rnd: int, task, space: SearchSpace, gen, need: int, seen: set) -> list:
+        """Up to `need` new candidates: the first written, or ranked, the evaluator's top
+        need - explore of need x rank_per_slot written plus `explore` drawn from the rest.
+        A program measured before is never measured twice."""
+        pool = {}
+        for g in gen.generate(task, need * self.cfg.rank_per_slot, 64, space):
+            key = g.trace.to_json() if g.trace is not None else None
+            if key is not None and key not in seen and key not in pool:
+                pool[key] = make_candidate(space, task.args, (g.schedule, g.trace))
+        cands = list(pool.values())
+        if self.cfg.rank_per_slot == 1 or len(cands) <= need:
+            return cands[:need]
+        from ..search.rankers import WorldRanker
+        order = np.argsort(-WorldRanker(space, task).score(cands), kind="stable")
+        top = max(need - self.cfg.explore, 0)
+        rest = [int(i) for i in order[top:]]
+        rng = np.random.default_rng([self.cfg.seed, rnd, len(seen)])
+        explore = rng.choice(rest, size=min(need - top, len(rest)), replace=False)
+        return [cands[i] for i in order[:top]] + [cands[i] for i in sorted(explore)]
 
     def normalized_latency(self) -> float:
         """Σ_tasks min(best, untuned) / Σ_tasks untuned: 1.0 = nothing tuned."""
@@ -359,7 +385,7 @@ class Iteration:
     def _point(self, rnd: int, model: str) -> None:
         pt = {"round": rnd, "measurements": self.db.count(hw_key=self.hw.key),
               "normalized_latency": self.normalized_latency(), "wall_seconds": round(self._wall(), 1),
-              "model": model}
+              "model": model, "rank_per_slot": self.cfg.rank_per_slot}
         self.progress["curve"] = [p for p in self.progress["curve"] if p["round"] != rnd] + [pt]
         self._save_progress()
         atomic_write_text(os.path.join(self.out, "curve.json"),

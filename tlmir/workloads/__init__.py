@@ -135,14 +135,20 @@ VARIANTS: tuple[tuple[str, Callable, dict, tuple[dict, ...]], ...] = (
      ({"image": (224, 384), "batch": (1, 2)},)),
     ("llama-7b-prefill", transformer.llama_prefill, {}, ({"seq": (32, 64, 128, 256, 512)},)),
     ("llama-13b-prefill", transformer.llama_prefill, LLAMA_13B, ({"seq": (32, 64, 128)},)),
+    ("pix2pix-unet", others.pix2pix_unet, {},
+     ({"image": (128, 256)}, {"n": (2, 4), "image": (128,)}, {"ngf": (32,), "image": (128, 256)})),
+    ("conv-autoencoder", others.conv_autoencoder, {},
+     ({"image": (32, 64, 128), "n": (1, 8)}, {"width": (16, 64), "levels": (2, 4)})),
 )
 
 
 def variant_name(family: str, builder: Callable, params: dict) -> str:
-    """`family` plus ``-w<width>``, ``-seq<seq>``, ``-b<batch>``, ``-<image>`` for each of
+    """`family` plus ``-w<width>``, ``-ngf<ngf>``, ``-l<levels>``, ``-seq<seq>``, ``-b<batch>``,
+    ``-<image>`` for each of
     those parameters in `params` that differs from `builder`'s default."""
     default = {k: p.default for k, p in inspect.signature(builder).parameters.items()}
-    suffix = {"width": "-w{:g}", "seq": "-seq{}", "n": "-b{}", "batch": "-b{}", "image": "-{}"}
+    suffix = {"width": "-w{:g}", "ngf": "-ngf{}", "levels": "-l{}", "seq": "-seq{}", "n": "-b{}",
+              "batch": "-b{}", "image": "-{}"}
     return family + "".join(fmt.format(params[k]) for k, fmt in suffix.items()
                             if k in params and params[k] != default[k])
 
