@@ -271,3 +271,20 @@ def test_ranked_iterate_measures_the_evaluators_picks_plus_explored_ones(tmp_pat
     it.db.close()
     with pytest.raises(TlmirError, match="rank_per_slot"):
         Iteration(str(tmp_path / "bad"), "base", [task], IterateConfig(rank_per_slot=0), log=None)
+
+
+def test_iterate_gains_new_tasks_from_the_first_round_not_measured_in_full(tmp_path):
+    from tlmir.lm.iterate import running_tasks
+    a, b = Task.from_op(ops.softmax(8, 64)), Task.from_op(ops.add_relu((16, 16)))
+    new = Task.from_op(ops.matmul(16, 16, 16))
+    cfg = IterateConfig(rounds=3, per_task=2, batches=2)
+    it = Iteration(str(tmp_path), "base", [a, b], cfg, log=None)
+    it.progress["done"] = [[0, key] for key in it.progress["batches"][0]]  # round 0 measured
+    it._save_progress()
+    it.db.close()
+    assert sorted(running_tasks(str(tmp_path))) == sorted([a.key, b.key])
+    grown = Iteration(str(tmp_path), "base", [a, b, new], cfg, log=None)
+    assert new.key in grown.progress["batches"][0] and grown.progress["joined"] == {new.key: 1}
+    assert [0, new.key] in grown.progress["done"] and [2, new.key] not in grown.progress["done"]
+    assert grown._last_complete_round() == 0  # round 0 stays complete; round 2 measures it
+    grown.db.close()

@@ -110,10 +110,15 @@ def cmd_train_evaluator(args) -> None:
 def cmd_iterate(args) -> None:
     passive_openmp()
     from ..workloads import split_tasks
-    from .iterate import IterateConfig, Iteration
-    from .iterate import spread
-    tasks = [t for t in split_tasks(args.split) if t.flops <= args.max_gflop * 1e9]
-    tasks = spread(tasks, args.tasks) if args.tasks else tasks
+    from .iterate import IterateConfig, Iteration, running_tasks, spread, task_type
+    pool = [t for t in split_tasks(args.split) if t.flops <= args.max_gflop * 1e9]
+    tasks = spread(pool, args.tasks) if args.tasks else pool
+    held = running_tasks(args.out, args.archive)
+    if held:  # a resumed run keeps its tasks and gains those of op types it has none of
+        by_key = {t.key: t for t in pool}
+        kept = [by_key[k] for k in held if k in by_key]
+        types = {task_type(t) for t in kept}
+        tasks = kept + [t for t in tasks if task_type(t) not in types and t.key not in held]
     cfg = IterateConfig(rounds=args.rounds, per_task=args.per_task, batches=args.batches,
                         sft_epochs=args.sft_epochs, rank_per_slot=args.rank_per_slot,
                         explore=args.explore, seed=args.seed)

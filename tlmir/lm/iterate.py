@@ -102,6 +102,21 @@ def task_batches(tasks: list, k: int) -> list[list]:
     return [order[i::k] for i in range(k)]
 
 
+def running_tasks(out: str, archive: str | None = None) -> list[str]:
+    """The task keys of the run in `out` (or, before it has progress, in `archive`): [] if
+    none has started."""
+    for d in (out, archive):
+        path = os.path.join(d, PROGRESS) if d else None
+        if path and os.path.exists(path):
+            try:
+                with open(path) as fh:
+                    batches = json.load(fh).get("batches") or []
+            except (OSError, ValueError) as e:
+                raise TlmirError(f"{path} is unreadable ({e}); remove it to start the run over") from None
+            return [key for b in batches for key in b]
+    return []
+
+
 def sft_finished(directory: str) -> bool:
     try:
         _, meta = read_config(directory)
@@ -185,11 +200,29 @@ class Iteration:
                      for b in range(k)]
         if saved is None:
             saved = [[t.key for t in b] for b in task_batches(list(self.tasks.values()), k)]
-        if len(saved) != k or set(self.tasks) - {key for b in saved for key in b}:
+        if len(saved) != k or {key for b in saved for key in b} - set(self.tasks):
             raise TlmirError(f"{self.out} holds a run over other tasks or batches; use a new --out")
+        self._join(saved)
         self.progress["batches"] = saved
         self._save_progress()
         return [[self.tasks[key] for key in b if key in self.tasks] for b in saved]
+
+    def _join(self, saved: list[list[str]]) -> None:
+        """Deal the tasks the run does not hold yet (op types the workloads gained since it
+        started) into its batches, round-robin by type; they join from the first round
+        not yet measured in full, the earlier rounds count as done for them."""
+        held = {key for b in saved for key in b}
+        new = [t for t in self.tasks.values() if t.key not in held]
+        if not new:
+            return
+        done = {tuple(d) for d in self.progress["done"]}
+        first = next((r for r in range(self.cfg.rounds)
+                      if not all((r, key) in done for key in saved[r % len(saved)])), self.cfg.rounds)
+        for i, t in enumerate(sorted(new, key=lambda t: (task_type(t), t.flops, t.key))):
+            saved[i % len(saved)].append(t.key)
+            self.progress["done"] += [[r, t.key] for r in range(first)]
+            self.progress.setdefault("joined", {})[t.key] = first
+        self.log(f"[iterate] {len(new)} new tasks join the run from round {first}")
 
     def _save_progress(self) -> None:
         self.progress["wall_seconds"] = self._wall()
@@ -385,7 +418,7 @@ class Iteration:
     def _point(self, rnd: int, model: str) -> None:
         pt = {"round": rnd, "measurements": self.db.count(hw_key=self.hw.key),
               "normalized_latency": self.normalized_latency(), "wall_seconds": round(self._wall(), 1),
-              "model": model, "rank_per_slot": self.cfg.rank_per_slot}
+              "model": model, "rank_per_slot": self.cfg.rank_per_slot, "tasks": len(self.tasks)}
         self.progress["curve"] = [p for p in self.progress["curve"] if p["round"] != rnd] + [pt]
         self._save_progress()
         atomic_write_text(os.path.join(self.out, "curve.json"),
