@@ -30,6 +30,9 @@ def test_generate_json_counts(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["generated"] == out["well_formed"] == out["valid"] == out["verified"] == 4
     assert out["programs_per_second"] > 0
+    assert len(out["programs"]) == 4  # the programs themselves, traces as JSON objects, not strings
+    assert all(p["sentence"].startswith("<s>") and isinstance(p["trace"]["decisions"], list)
+               for p in out["programs"])
 
 
 def test_generate_rejects_mismatched_tokenizer_and_truncated_checkpoint(tmp_path, capsys):

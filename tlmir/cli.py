@@ -1,12 +1,14 @@
 """The `tlmir` command line: show, tune, workloads, and the language-model workflow."""
 from __future__ import annotations
 
-import argparse
 import ast
 import inspect
+import os
 import sys
+from argparse import ArgumentTypeError
 
-from .errors import TlmirError
+from .argtypes import Parser, int_list, nonneg_int, positive_int
+from .errors import ArgumentError, TlmirError
 
 
 def op_from_args(args):
@@ -18,12 +20,17 @@ def op_from_args(args):
     params: dict = {}
     if args.shape:
         names = [p.name for p in inspect.signature(ops.OPS[args.op]).parameters.values()]
-        vals = [int(v) for v in args.shape.split(",")]
+        try:
+            vals = [int(v) for v in args.shape.split(",")]
+        except ValueError:
+            raise ArgumentError(f"--shape {args.shape!r}: give comma-separated integers, e.g. 64,64,64") from None
         if len(vals) > len(names):
             raise TlmirError(f"--shape gives {len(vals)} values but {args.op} takes {names}")
         params.update(zip(names, vals))
     for kv in args.param or []:
-        k, _, v = kv.partition("=")
+        k, eq, v = kv.partition("=")
+        if not eq or not k:
+            raise ArgumentError(f"--param {kv!r}: give NAME=VALUE, e.g. bias=true")
         try:
             params[k] = ast.literal_eval(v)
         except (ValueError, SyntaxError):
@@ -80,19 +87,26 @@ def cmd_tune(args) -> None:
     from .lm.commands import passive_openmp
     passive_openmp()  # every strategy measures under the same OpenMP wait policy (workers inherit it)
     threads = int(os.environ.get("TLMIR_NUM_THREADS") or os.cpu_count() or 1)
+    if args.workload and (args.op or args.shape or args.param):
+        raise ArgumentError("tune: --workload tunes a network's subgraphs; --op/--shape/--param "
+                            "name one op: give one or the other")
+    if args.workload and args.trials is not None:
+        raise ArgumentError("tune: --trials is for --op; with --workload give --trials-per-task")
+    if not args.workload and args.trials_per_task is not None:
+        raise ArgumentError("tune: --trials-per-task is for --workload; with --op give --trials")
     if args.cost_model:
         args.strategy = f"{args.strategy.partition('@')[0]}@{args.cost_model}"
     from .search.strategy import parse_strategy
     parse_strategy(args.strategy)  # a bad name fails before any task is built
     if args.workload:
         from .workloads import network_tasks
-        res = tune_workload(network_tasks(args.workload), args.trials_per_task, args.strategy, args.db,
+        res = tune_workload(network_tasks(args.workload), args.trials_per_task or 64, args.strategy, args.db,
                             args.seed, progress=not args.json, model=args.model)
         results = res.results
     else:
         if not args.op:
             raise TlmirError("tune needs --op (with --shape/--param) or --workload")
-        results = [tune(Task.from_op(op_from_args(args)), trials=args.trials, strategy=args.strategy,
+        results = [tune(Task.from_op(op_from_args(args)), trials=args.trials or 64, strategy=args.strategy,
                         db=args.db, seed=args.seed, progress=not args.json, model=args.model)]
     rows = []
     from .evaluate import task_baselines
@@ -118,15 +132,19 @@ def cmd_eval(args) -> None:
     from .lm.commands import passive_openmp
     passive_openmp()
     tasks = representative_tasks(args.split)[: args.tasks]
-    ev = Evaluation(args.out, tasks, frameworks([int(b) for b in args.budgets.split(",")], args.baseline, args.tlm),
+    ev = Evaluation(args.out, tasks, frameworks(args.budgets, args.baseline, args.tlm),
                     args.model, log=None if args.json else print, archive=args.archive)
     if args.phase in ("all", "search"):
         ev.search(args.which)
     if args.networks and args.phase in ("all", "search"):
-        runs = [("tlm", int(k)) for k in args.network_budgets.split(",")]
+        runs = [("tlm", k) for k in args.network_budgets]
         if args.network_baseline:
             strategy, _, ks = args.network_baseline.partition(":")
-            runs += [(strategy, int(k)) for k in ks.split(",")]
+            try:
+                runs += [(strategy, k) for k in int_list(ks)]
+            except ArgumentTypeError:
+                raise ArgumentError(f"--network-baseline {args.network_baseline!r}: give STRATEGY:K,... "
+                                    "with integers K >= 1") from None
         for rep in search_networks(args.out, args.networks.split(","), runs, args.model, progress=not args.json):
             if not args.json:
                 print(format_network(rep))
@@ -156,9 +174,17 @@ def cmd_workloads(args) -> None:
         print(describe())
 
 
+def existing_file(path: str, option: str) -> str:
+    """A read-only command's input: a missing file is an error, never a new empty one."""
+    if not os.path.isfile(path):
+        raise ArgumentError(f"{option} {path!r}: no such file")
+    return path
+
+
 def cmd_show_db(args) -> None:
     from .runtime.records import RecordDB, best_of, confirmed_times
     from .schedule.decider import Trace
+    existing_file(args.db, "--db")
     with RecordDB(args.db) as db:
         for task_key, name, hw_key, n, best in db.tasks():
             if best is None:
@@ -180,6 +206,7 @@ def cmd_rank(args) -> None:
     from .search.rankers import cached_evaluator
     from .search.world_train import normalized_throughput, programs_from_records, ranking_metrics, read_records
     from .workloads import split_tasks
+    existing_file(args.db, "--db")
     ev = cached_evaluator(args.evaluator)
     tasks = {t.key: t for split in ("train", "held-out") for t in split_tasks(split)}
     if args.op:
@@ -235,6 +262,15 @@ def _show_best_program(task_key: str, trace: str, op=None) -> None:
     print("(the task is not among the workloads: pass --op/--shape to show its program)")
 
 
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+    try:
+        return dist_version("tlmir")
+    except PackageNotFoundError:
+        return "(source tree)"
+
+
 def op_args(p) -> None:
     p.add_argument("--op", help="op name from tlmir.ops (e.g. matmul)")
     p.add_argument("--shape", help="comma-separated positional shape parameters, e.g. 1024,1024,1024")
@@ -242,7 +278,8 @@ def op_args(p) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="tlmir", description=__doc__)
+    p = Parser(prog="tlmir", description=__doc__)
+    p.add_argument("--version", action="version", version=f"tlmir {version()}")
     sub = p.add_subparsers(dest="cmd", required=True)
     sh = sub.add_parser("show", help="print an op's te definition, lowered loop IR, LLVM IR / assembly")
     op_args(sh)
@@ -256,13 +293,14 @@ def main(argv: list[str] | None = None) -> int:
     op_args(rk)
     rk.add_argument("--db", required=True, help="records: .db, .jsonl or .jsonl.xz")
     rk.add_argument("--evaluator", default="default", help="evaluator directory (default: the shipped one)")
-    rk.add_argument("--top", type=int, default=10, help="programs listed per task (and the top-k recall's k)")
+    rk.add_argument("--top", type=positive_int, default=10, help="programs listed per task (and the top-k recall's k)")
     rk.set_defaults(fn=cmd_rank)
     tu = sub.add_parser("tune", help="search the schedule space of an op or of a network's subgraphs")
     op_args(tu)
     tu.add_argument("--workload", help="network name (see `tlmir workloads`)")
-    tu.add_argument("--trials", type=int, default=64, help="measurements for --op")
-    tu.add_argument("--trials-per-task", type=int, default=64, help="measurements per task for --workload")
+    tu.add_argument("--trials", type=positive_int, help="measurements for --op (default 64)")
+    tu.add_argument("--trials-per-task", type=positive_int,
+                    help="measurements per task for --workload (default 64)")
     tu.add_argument("--strategy", default="evolutionary",
                     help="random | evolutionary | tlm | tlm+evolutionary (NAME@COST_MODEL also works)")
     tu.add_argument("--cost-model", choices=("mlp", "world", "none"),
@@ -271,15 +309,16 @@ def main(argv: list[str] | None = None) -> int:
     tu.add_argument("--model", default="default",
                     help="TLM for the tlm strategies: default (shipped, SFT'd), base, or a directory")
     tu.add_argument("--db", help="records database (SQLite); reruns resume from it")
-    tu.add_argument("--seed", type=int, default=0)
+    tu.add_argument("--seed", type=nonneg_int, default=0, help="random seed of the search")
     tu.add_argument("--json", action="store_true", help="print one JSON object")
     tu.add_argument("--no-baselines", action="store_true", help="skip timing numpy / PyTorch")
     tu.set_defaults(fn=cmd_tune)
     from .lm.commands import add_parsers
     add_parsers(sub, op_args)
     ev = sub.add_parser("eval", help="TLM at k measurements vs search baselines on held-out tasks")
-    ev.add_argument("--split", default="held-out")
-    ev.add_argument("--budgets", default="1,10,32,64", help="TLM measurement budgets")
+    ev.add_argument("--split", default="held-out", choices=("held-out", "train"),
+                    help="whose representative tasks")
+    ev.add_argument("--budgets", type=int_list, default="1,10,32,64", help="TLM measurement budgets")
     ev.add_argument("--baseline", nargs="+", default=["evolutionary:64,1000"],
                     help="STRATEGY:K1,K2 ... (each the prefixes of one run; STRATEGY may name a cost "
                          "model: evolutionary@world)")
@@ -287,16 +326,17 @@ def main(argv: list[str] | None = None) -> int:
                     help="TLM strategies run at each budget: tlm (ranked by the world model), tlm@none "
                          "(measured as written)")
     ev.add_argument("--out", default="runs/eval", help="records DBs, wall.json, report.json/.md")
-    ev.add_argument("--model", default="default")
+    ev.add_argument("--model", default="default", help="TLM: default (shipped, SFT'd), base, or a directory")
     ev.add_argument("--archive", metavar="DIR", help="copy every run's records here after each task (kept in "
                     "the repository); an --out without a run's DB starts from them")
-    ev.add_argument("--phase", default="all", choices=("all", "search", "report"))
+    ev.add_argument("--phase", default="all", choices=("all", "search", "report"),
+                    help="search (measure what is missing), report (re-time the best programs), or both")
     ev.add_argument("--which", default="all", choices=("all", "tlm", "baseline"), help="runs to search")
-    ev.add_argument("--tasks", type=int, help="only the first N representative tasks")
+    ev.add_argument("--tasks", type=positive_int, help="only the first N representative tasks")
     ev.add_argument("--networks", help="also tune these networks end to end with TLM (comma-separated)")
-    ev.add_argument("--network-budgets", default="1,10,32", help="TLM measurements per subgraph")
+    ev.add_argument("--network-budgets", type=int_list, default="1,10,32", help="TLM measurements per subgraph")
     ev.add_argument("--network-baseline", help="STRATEGY:K,... also tune the networks with this")
-    ev.add_argument("--json", action="store_true")
+    ev.add_argument("--json", action="store_true", help="print the report as one JSON object")
     ev.set_defaults(fn=cmd_eval)
     wl = sub.add_parser("workloads", help="list networks and their subgraphs (tasks)")
     wl.add_argument("network", nargs="?", help="list this network's tasks")

@@ -60,7 +60,9 @@ def _reduce(combiner: str, expr, axis, where=None) -> Reduce:
     return Reduce(combiner, const(expr), axes, None if where is None else cast("bool", where))
 
 
-def sum(expr, axis, where=None) -> Reduce:  # noqa: A001 - TE spelling
+def sum(expr, axis=None, where=None) -> Reduce:  # noqa: A001 - TE spelling
+    if axis is None:
+        raise DefinitionError("te.sum needs axis= (a te.reduce_axis, or a list of them)")
     return _reduce("sum", expr, axis, where)
 
 

@@ -8,7 +8,8 @@ import time
 
 import numpy as np
 
-from ..errors import TlmirError
+from ..argtypes import fraction, nonneg_float, nonneg_int, positive_float, positive_int, probability
+from ..errors import ModelError, TlmirError
 from ..runtime.target import host_hardware
 
 MODELS = os.path.join(os.path.dirname(__file__), "models")
@@ -22,7 +23,11 @@ def model_dir(name: str) -> str:
     when none is given (the SFT'd `tlm`); anything else is a directory."""
     if name == "default":
         return TUNED_MODEL if os.path.isfile(os.path.join(TUNED_MODEL, "config.json")) else BASE_MODEL
-    return {"base": BASE_MODEL, "tlm": TUNED_MODEL}.get(name, name)
+    if name in ("base", "tlm"):
+        return {"base": BASE_MODEL, "tlm": TUNED_MODEL}[name]
+    if not os.path.isdir(name):
+        raise ModelError(f"unknown model {name!r}: give default, base, tlm or a model directory")
+    return name
 
 
 def passive_openmp() -> None:
@@ -165,7 +170,9 @@ def cmd_generate(args) -> None:
             counts["verified"] += 1
     counts["programs_per_second"] = len(res) / seconds
     if args.json:
-        print(json.dumps(counts))
+        print(json.dumps({**counts, "programs": [{"sentence": g.sentence, "error": g.error,
+                                                  "trace": json.loads(g.trace.to_json()) if g.trace else None}
+                                                 for g in res]}))
         return
     for g in res[: args.show]:
         print(g.sentence or g.error)
@@ -187,99 +194,99 @@ def add_parsers(sub, op_args) -> None:
     """Register the LM subcommands on the main parser's subparsers."""
     sa = sub.add_parser("sample", help="the pre-training corpus: random tensor sentences of a "
                                        "workload split, in shards (paper Alg. 1); resumable")
-    sa.add_argument("--split", default="train")
-    sa.add_argument("--per-task", type=int, default=600, help="distinct sentences per task")
-    sa.add_argument("--hw-per-task", type=int, default=8,
+    sa.add_argument("--split", default="train", choices=("train", "held-out"), help="whose tasks")
+    sa.add_argument("--per-task", type=positive_int, default=600, help="distinct sentences per task")
+    sa.add_argument("--hw-per-task", type=positive_int, default=8,
                     help="hardware prompts per task: the host's, then other CPU classes")
-    sa.add_argument("--shard-tasks", type=int, default=16, help="tasks per shard file")
+    sa.add_argument("--shard-tasks", type=positive_int, default=16, help="tasks per shard file")
     sa.add_argument("--out", required=True, help="corpus directory")
-    sa.add_argument("--workers", type=int, default=0)
-    sa.add_argument("--seed", type=int, default=0)
-    sa.add_argument("--limit", type=int, help="only the first N tasks")
-    sa.add_argument("--quiet", action="store_true")
+    sa.add_argument("--workers", type=nonneg_int, default=0, help="processes (0: all cores)")
+    sa.add_argument("--seed", type=nonneg_int, default=0, help="random seed of the sampler")
+    sa.add_argument("--limit", type=positive_int, help="only the first N tasks")
+    sa.add_argument("--quiet", action="store_true", help="no progress lines")
     sa.set_defaults(fn=cmd_sample)
     tk = sub.add_parser("tokenizer", help="build the word-level tokenizer")
     tks = tk.add_subparsers(dest="what", required=True)
     tb = tks.add_parser("build", help="the vocabulary of the schedule spaces of both splits, "
                                       "on every CPU class")
-    tb.add_argument("--out", required=True)
-    tb.add_argument("--workers", type=int, default=0, help="processes (default: all cores)")
+    tb.add_argument("--out", required=True, help="tokenizer.json to write")
+    tb.add_argument("--workers", type=nonneg_int, default=0, help="processes (default: all cores)")
     tb.set_defaults(fn=cmd_tokenizer_build)
     tr = sub.add_parser("train", help="train the tensor language model")
     trs = tr.add_subparsers(dest="what", required=True)
-    pt = trs.add_parser("pretrain")
+    pt = trs.add_parser("pretrain", help="next-token pre-training on a sampled corpus; resumable")
     pt.add_argument("--data", required=True, help="corpus directory (`tlmir sample`) or sentences .jsonl")
     pt.add_argument("--tokenizer", help="tokenizer.json (default: beside the data)")
-    pt.add_argument("--config", default="tiny")
-    pt.add_argument("--out", required=True)
-    pt.add_argument("--steps", type=int, default=4000)
-    pt.add_argument("--batch-size", type=int, default=32)
-    pt.add_argument("--lr", type=float, default=1e-3)
-    pt.add_argument("--warmup", type=int, default=100)
-    pt.add_argument("--block-size", type=int, default=1024)
-    pt.add_argument("--eval-every", type=int, default=200)
-    pt.add_argument("--val-fraction", type=float, default=0.03)
-    pt.add_argument("--val-max", type=int, default=2048, help="validation sentences at most")
-    pt.add_argument("--threads", type=int, help="torch threads (default: all cores)")
-    pt.add_argument("--device", default="cpu", help="cpu or cuda")
+    pt.add_argument("--config", default="tiny", help="model size preset (lm/model.py PRESETS)")
+    pt.add_argument("--out", required=True, help="run directory: checkpoints, then the model")
+    pt.add_argument("--steps", type=positive_int, default=4000, help="optimizer steps")
+    pt.add_argument("--batch-size", type=positive_int, default=32, help="sequences per step")
+    pt.add_argument("--lr", type=positive_float, default=1e-3, help="peak learning rate (cosine decay)")
+    pt.add_argument("--warmup", type=nonneg_int, default=100, help="linear warm-up steps")
+    pt.add_argument("--block-size", type=positive_int, default=1024, help="tokens per sequence")
+    pt.add_argument("--eval-every", type=positive_int, default=200, help="validation (and checkpoint) interval in steps")
+    pt.add_argument("--val-fraction", type=fraction, default=0.03, help="share of the tasks held out for validation")
+    pt.add_argument("--val-max", type=positive_int, default=2048, help="validation sentences at most")
+    pt.add_argument("--threads", type=positive_int, help="torch threads (default: all cores)")
+    pt.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where to train")
     pt.add_argument("--bf16", action="store_true", help="bfloat16 autocast (float32 weights)")
-    pt.add_argument("--time-limit", type=float)
+    pt.add_argument("--time-limit", type=positive_float, help="stop (resumably) after this many seconds")
     pt.add_argument("--init-from", help="start a new run from this model's weights (e.g. base)")
     pt.set_defaults(fn=cmd_train_pretrain)
     st = trs.add_parser("sft", help="fine-tune a copy of a model on demonstration sentences (answers only)")
     st.add_argument("--data", required=True, help="demonstrations, .jsonl like `tlmir sample` writes")
-    st.add_argument("--model", default="base")
-    st.add_argument("--out", required=True)
-    st.add_argument("--epochs", type=float, default=8.0)
-    st.add_argument("--batch-size", type=int, default=16)
-    st.add_argument("--lr", type=float, default=5e-4)
-    st.add_argument("--seed", type=int, default=0)
+    st.add_argument("--model", default="base", help="the model copied and fine-tuned: base, tlm or a directory")
+    st.add_argument("--out", required=True, help="directory of the fine-tuned model")
+    st.add_argument("--epochs", type=positive_float, default=8.0, help="passes over the demonstrations")
+    st.add_argument("--batch-size", type=positive_int, default=16, help="demonstrations per step")
+    st.add_argument("--lr", type=positive_float, default=5e-4, help="learning rate")
+    st.add_argument("--seed", type=nonneg_int, default=0, help="random seed of the batch order")
     st.set_defaults(fn=cmd_train_sft)
     ev = trs.add_parser("evaluator", help="the world-model evaluator, on measured records of the training "
                         "split (the held-out split's are scored, never trained on)")
     ev.add_argument("--db", nargs="+", required=True, help="records: .db, .jsonl or .jsonl.xz")
-    ev.add_argument("--out", required=True)
+    ev.add_argument("--out", required=True, help="directory of the trained evaluator")
     ev.add_argument("--tokenizer", help="tokenizer.json (default: the base model's)")
-    ev.add_argument("--steps", type=int, default=2000)
-    ev.add_argument("--d-model", type=int, default=96)
+    ev.add_argument("--steps", type=positive_int, default=2000, help="optimizer steps")
+    ev.add_argument("--d-model", type=positive_int, default=96, help="width of the latent state")
     ev.add_argument("--no-transition", action="store_true", help="the static ablation: no latent dynamics")
     ev.add_argument("--no-features", action="store_true",
                     help="the head reads the decisions only, not the lowered program's features")
-    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--seed", type=nonneg_int, default=0, help="random seed")
     ev.set_defaults(fn=cmd_train_evaluator)
     it = sub.add_parser("iterate", help="iterative optimization: generate, measure, fine-tune (paper §5.3)")
-    it.add_argument("--split", default="train")
-    it.add_argument("--rounds", type=int, default=8)
+    it.add_argument("--split", default="train", choices=("train", "held-out"), help="whose tasks")
+    it.add_argument("--rounds", type=positive_int, default=8, help="rounds of generate, measure, fine-tune")
     it.add_argument("--model", default="base", help="the base model each round fine-tunes afresh")
     it.add_argument("--out", required=True, help="run directory; the final model lands here")
-    it.add_argument("--per-task", type=int, default=8, help="programs measured per task and round")
-    it.add_argument("--batches", type=int, default=4, help="the tasks are measured in this many batches")
-    it.add_argument("--max-gflop", type=float, default=1.0, help="leave out tasks larger than this")
-    it.add_argument("--tasks", type=int, help="only N tasks, spread evenly over the op types and sizes")
+    it.add_argument("--per-task", type=positive_int, default=8, help="programs measured per task and round")
+    it.add_argument("--batches", type=positive_int, default=4, help="the tasks are measured in this many batches")
+    it.add_argument("--max-gflop", type=positive_float, default=1.0, help="leave out tasks larger than this")
+    it.add_argument("--tasks", type=positive_int, help="only N tasks, spread evenly over the op types and sizes")
     it.add_argument("--archive", help="directory in the repository that keeps the measurements "
                                       "(records.jsonl.xz) and progress after every round; a new "
                                       "machine's run resumes from it")
-    it.add_argument("--sft-epochs", type=float, default=8.0)
-    it.add_argument("--rank-per-slot", type=int, default=4,
+    it.add_argument("--sft-epochs", type=positive_float, default=8.0, help="fine-tuning passes per round")
+    it.add_argument("--rank-per-slot", type=positive_int, default=4,
                     help="programs the model writes per program measured; the world-model evaluator "
                          "picks which are measured (1: measured as written)")
-    it.add_argument("--explore", type=int, default=4,
+    it.add_argument("--explore", type=nonneg_int, default=4,
                     help="ranked: of each task's programs measured, this many are drawn at random "
                          "from the written rest instead of picked by the evaluator")
-    it.add_argument("--seed", type=int, default=0)
+    it.add_argument("--seed", type=nonneg_int, default=0, help="random seed of the sampling")
     it.set_defaults(fn=cmd_iterate)
     ge = sub.add_parser("generate", help="generate schedules for an op with a TLM (paper Alg. 2)")
     ge.add_argument("--model", default="base", help="model directory, or `base` for the shipped model")
     op_args(ge)
-    ge.add_argument("-n", type=int, default=8)
-    ge.add_argument("--batch", type=int, default=64)
-    ge.add_argument("--temperature", type=float, default=1.0)
-    ge.add_argument("--top-k", type=int, default=0)
-    ge.add_argument("--top-p", type=float, default=1.0)
-    ge.add_argument("--seed", type=int, default=0)
+    ge.add_argument("-n", type=positive_int, default=8, help="programs to generate")
+    ge.add_argument("--batch", type=positive_int, default=64, help="sentences decoded together")
+    ge.add_argument("--temperature", type=nonneg_float, default=1.0, help="sampling temperature (0: greedy)")
+    ge.add_argument("--top-k", type=nonneg_int, default=0, help="sample from the k likeliest answers (0: all)")
+    ge.add_argument("--top-p", type=probability, default=1.0, help="nucleus sampling mass")
+    ge.add_argument("--seed", type=nonneg_int, default=0, help="random seed of the sampling")
     ge.add_argument("--unconstrained", nargs="?", const="sentences", choices=("sentences", "answers"),
                     help="sample the raw model, no mask: the whole sentence (the default), or "
                          "`answers` to the questions the space asks")
-    ge.add_argument("--show", type=int, default=3, help="print this many sentences")
-    ge.add_argument("--json", action="store_true")
+    ge.add_argument("--show", type=nonneg_int, default=3, help="print this many sentences")
+    ge.add_argument("--json", action="store_true", help="print counts and the programs as one JSON object")
     ge.set_defaults(fn=cmd_generate)

@@ -1,0 +1,75 @@
+"""The command line's parser and option value types: a malformed or conflicting option
+is one line, `tlmir: error: <command>: <what>`, exit status 2, never a traceback."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+class _DefaultsHelp(argparse.HelpFormatter):
+    """Each option's help ends with its default, where it has one."""
+
+    def _get_help_string(self, action) -> str:
+        text = action.help or ""
+        if action.option_strings and action.default not in (None, False, argparse.SUPPRESS) \
+                and "%(default)" not in text:
+            text += " (default: %(default)s)"
+        return text
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors and the default of every option in its help."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _DefaultsHelp)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):
+        where = self.prog.split(" ", 1)[1] + ": " if " " in self.prog else ""
+        sys.stderr.write(f"tlmir: error: {where}{message}\n")
+        sys.exit(2)
+
+
+def _number(kind, text: str, test, what: str):
+    try:
+        v = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+    if v != v or not test(v):  # NaN fails every test
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+    return v
+
+
+def positive_int(text: str) -> int:
+    return _number(int, text, lambda v: v >= 1, "an integer >= 1")
+
+
+def nonneg_int(text: str) -> int:
+    return _number(int, text, lambda v: v >= 0, "an integer >= 0")
+
+
+def positive_float(text: str) -> float:
+    return _number(float, text, lambda v: 0 < v < float("inf"), "a number > 0")
+
+
+def nonneg_float(text: str) -> float:
+    return _number(float, text, lambda v: 0 <= v < float("inf"), "a number >= 0")
+
+
+def probability(text: str) -> float:
+    return _number(float, text, lambda v: 0 < v <= 1, "a number in (0, 1]")
+
+
+def fraction(text: str) -> float:
+    return _number(float, text, lambda v: 0 < v < 1, "a number in (0, 1)")
+
+
+def int_list(text: str) -> list[int]:
+    """'1,10,32': positive integers, comma-separated."""
+    try:
+        vals = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be comma-separated integers >= 1, got {text!r}") from None
+    if not vals or min(vals) < 1:
+        raise argparse.ArgumentTypeError(f"must be comma-separated integers >= 1, got {text!r}")
+    return vals
