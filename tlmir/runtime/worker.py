@@ -1,23 +1,29 @@
 """Process isolation for running generated native code.
 
 A candidate program that segfaults, aborts or hangs must cost one failed trial, never the
-tuner itself, so candidates run in a persistent child process.  The child is started with
-the "spawn" context: the parent may hold LLVM JIT state and libgomp thread pools, which are
-not fork-safe.  Start-up (importing numpy / llvmlite) is slow, so one child serves many
-calls and is only replaced after it crashed or was killed for a timeout.
+tuner itself, so candidates run in a persistent child process.  The child is a fresh
+interpreter (`python -m tlmir.runtime.worker_process FD`), as TVM's popen
+workers are: not a fork (the parent may hold LLVM JIT state and libgomp thread pools,
+which are not fork-safe) and not multiprocessing's spawn, which imports the caller's
+`__main__` again, so a plain script, a notebook or `python -c` can tune without a main
+guard.  Parent and child talk over a socket pair with multiprocessing's Connection
+framing.  Start-up (importing numpy / llvmlite) is slow, so one child serves many calls
+and is only replaced after it crashed or was killed for a timeout.  A child whose parent
+died (even by SIGKILL) exits within a second, quietly.
 """
 from __future__ import annotations
 
 import atexit
-import multiprocessing as mp
 import os
 import pickle
 import signal
+import socket
+import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass
-from multiprocessing.connection import wait
+from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Sequence
 
 from ..errors import MeasureError
@@ -51,38 +57,63 @@ def _describe_exit(code: int | None) -> str:
 
 
 def _child_main(conn: Any, sys_path: list[str], preload: Sequence[str]) -> None:
-    """Child loop: receive (fn, args), reply ("ok", value) or ("error", message)."""
+    """Child loop: receive (fn, args), reply ("ok", value) or ("error", message); return
+    quietly when the parent goes away."""
     # Ctrl-C in the terminal reaches the whole process group; only the parent handles it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sys.path[:] = sys_path  # so job functions from e.g. a tests/ dir unpickle here too
     for name in preload:
         __import__(name)
-    conn.send(("ready", os.getpid()))
-    while True:
-        try:
+    try:
+        conn.send(("ready", os.getpid()))
+        while True:
             data = conn.recv_bytes()
-        except (EOFError, OSError):
-            return  # parent went away
-        try:
-            msg = pickle.loads(data)
-            if msg is None:
-                return
-            fn, args = msg
-            reply: tuple[str, Any] = ("ok", fn(*args))
-        except BaseException as e:  # noqa: BLE001 - report everything, keep serving
-            reply = ("error", f"{type(e).__name__}: {e}")
-        try:
-            conn.send(reply)
-        except Exception as e:  # e.g. the return value cannot be pickled
-            conn.send(("error", f"cannot send result back: {type(e).__name__}: {e}"))
+            try:
+                msg = pickle.loads(data)
+                if msg is None:
+                    return
+                fn, args = msg
+                reply: tuple[str, Any] = ("ok", fn(*args))
+            except BaseException as e:  # noqa: BLE001 - report everything, keep serving
+                reply = ("error", f"{type(e).__name__}: {e}")
+            try:
+                payload = pickle.dumps(reply)
+            except Exception as e:  # e.g. the return value cannot be pickled
+                payload = pickle.dumps(("error", f"cannot send result back: {type(e).__name__}: {e}"))
+            conn.send_bytes(payload)
+    except (EOFError, OSError):
+        return  # the parent went away (closed the socket, or was killed)
+
+
+def _exit_with_parent() -> None:
+    """A daemon thread that ends this process once its parent is gone (reparented), so a
+    tuner killed by SIGKILL leaves no worker behind, even one stuck in a hung kernel."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(0)
+    threading.Thread(target=watch, daemon=True, name="tlmir-worker-watchdog").start()
+
+
+def main(argv: Sequence[str]) -> None:
+    """The worker process (worker_process.py), FD its end of the socket
+    pair; the first message is (sys.path, modules to preload)."""
+    _exit_with_parent()
+    conn = Connection(int(argv[1]))
+    try:
+        sys_path, preload = conn.recv()
+    except (EOFError, OSError):
+        return
+    _child_main(conn, sys_path, preload)
 
 
 class Worker:
-    """A persistent spawn-started child process that runs picklable functions."""
+    """A persistent child interpreter that runs picklable functions."""
 
     def __init__(self, preload: Sequence[str] = (), start_timeout: float = 60.0) -> None:
         """`preload`: modules the child imports at start-up, so calls don't pay for it."""
-        self._ctx = mp.get_context("spawn")
         self._preload = tuple(preload)
         self._start_timeout = start_timeout
         self._owner_pid = os.getpid()
@@ -97,35 +128,33 @@ class Worker:
     # -- process management -------------------------------------------------------------
     def _start(self) -> None:
         """Launch a child without waiting for it; the handshake happens on the next call."""
-        parent_conn, child_conn = self._ctx.Pipe(duplex=True)
-        proc = self._ctx.Process(
-            target=_child_main,
-            args=(child_conn, list(sys.path), self._preload),
-            name="tlmir-worker",
-            daemon=True,
-        )
-        proc.start()
-        child_conn.close()  # so the parent sees EOF when the child dies
-        self._proc, self._conn, self._ready = proc, parent_conn, False
+        mine, theirs = socket.socketpair()
+        package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+        with theirs:
+            proc = subprocess.Popen([sys.executable, "-m", "tlmir.runtime.worker_process", str(theirs.fileno())],
+                                    pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=env)
+        conn = Connection(mine.detach())  # the child's end is closed here: EOF when it dies
+        conn.send((list(sys.path), self._preload))
+        self._proc, self._conn, self._ready = proc, conn, False
 
     def _await_ready(self) -> None:
         """Wait for the child's start-up handshake; start-up failure is not a trial failure."""
         if self._ready:
             return
-        ready = wait([self._conn, self._proc.sentinel], timeout=self._start_timeout)
+        ready = wait([self._conn], timeout=self._start_timeout)
         try:
-            msg = self._conn.recv() if self._conn in ready else None
+            msg = self._conn.recv() if ready else None
         except (EOFError, OSError):
             msg = None
         if not (isinstance(msg, tuple) and msg[:1] == ("ready",)):
             self._kill()
-            code = self._proc.exitcode
+            code = self._proc.returncode
             self._proc = self._conn = None
             why = _describe_exit(code) if ready else f"no handshake in {self._start_timeout}s"
-            raise MeasureError(f"tlmir's measurement worker failed to start: {why}. Workers are "
-                               f"spawned processes that import the main script again: a script "
-                               f"that tunes or measures at import time must do so under "
-                               f"`if __name__ == \"__main__\":`")
+            raise MeasureError(f"tlmir's measurement worker ({sys.executable} -m tlmir.runtime.worker_process) "
+                               f"failed to start: {why}")
         self._ready = True
 
     def _kill(self) -> None:
@@ -133,9 +162,9 @@ class Worker:
         proc = self._proc
         if proc is None:
             return
-        if proc.is_alive():
+        if proc.poll() is None:
             proc.kill()
-        proc.join(timeout=5.0)
+        _reap(proc)
         if self._conn is not None:
             self._conn.close()
 
@@ -157,7 +186,7 @@ class Worker:
         with self._lock:
             if self._closed:
                 raise MeasureError("the measurement worker is closed")
-            if self._proc is None or not self._proc.is_alive():
+            if self._proc is None or self._proc.poll() is not None:
                 self._restart()  # died while idle (killed from outside)
             self._await_ready()
             try:
@@ -182,21 +211,18 @@ class Worker:
             if remaining <= 0:
                 self._restart()
                 return WorkerResult(False, None, f"timed out after {timeout:g}s", "timeout")
-            ready = wait([self._conn, self._proc.sentinel], timeout=remaining)
-            if self._conn in ready:
+            if wait([self._conn], timeout=remaining):
                 try:
                     status, payload = self._conn.recv()
-                except (EOFError, OSError):
+                except (EOFError, OSError):  # the child exited without replying
                     return self._crashed()
                 if status == "ok":
                     return WorkerResult(True, payload, None, "ok")
                 return WorkerResult(False, None, payload, "error")
-            if ready:  # only the sentinel: the child exited without replying
-                return self._crashed()
 
     def _crashed(self) -> WorkerResult:
-        self._proc.join(timeout=5.0)
-        msg = _describe_exit(self._proc.exitcode)
+        _reap(self._proc)
+        msg = _describe_exit(self._proc.returncode)
         self._restart()  # start the replacement now so its start-up overlaps the caller
         return WorkerResult(False, None, msg, "crash")
 
@@ -216,10 +242,11 @@ class Worker:
             conn.send(None)
         except Exception:
             pass
-        proc.join(timeout=1.0)
-        if proc.is_alive():
+        try:
+            proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
             proc.kill()
-            proc.join(timeout=5.0)
+            _reap(proc)
         conn.close()
 
     def __enter__(self) -> "Worker":
@@ -233,6 +260,14 @@ class Worker:
             self.close()
         except Exception:  # interpreter shutdown: modules may already be torn down
             pass
+
+
+def _reap(proc: subprocess.Popen) -> None:
+    """Wait (briefly) for a child that exited or was killed, so it leaves no zombie."""
+    try:
+        proc.wait(timeout=5.0)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 _shared: Worker | None = None
