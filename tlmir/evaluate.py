@@ -422,10 +422,13 @@ def _time_network(rep: dict, tasks: list, traces: list, counts: list, threads: i
     rows = []
     for (task, w), trace, n, base in zip(tasks, traces, counts, bases):
         row = {"task": task.name, "weight": w, "measurements": n,
-               "tuned": time_program(task, trace, threads) if trace else math.inf,
+               "searched": time_program(task, trace, threads) if trace else math.inf,
                "default": default_seconds(task, threads), "pytorch": base.get("torch")}
+        # the untuned default is a candidate too: a subgraph never ends slower than it
+        row["tuned"] = min(row["searched"], row["default"])
+        row["kept_default"] = row["default"] < row["searched"]
         rows.append(row)
-    total = {k: sum(r["weight"] * r[k] for r in rows) for k in ("tuned", "default")}
+    total = {k: sum(r["weight"] * r[k] for r in rows) for k in ("tuned", "searched", "default")}
     total["pytorch"] = (sum(r["weight"] * r["pytorch"] for r in rows)
                         if all(r["pytorch"] for r in rows) else None)
     rep.update({"threads": threads, "subgraphs": rows, "total": total})
@@ -490,12 +493,18 @@ def format_network(rep: dict) -> str:
     def ms(x):
         return f"{x * 1e3:.3f}" if x and math.isfinite(x) else "-"
     for r in rep["subgraphs"]:
+        mark = " (untuned default kept: the search's best was slower)" if r.get("kept_default") else ""
         lines.append(f"{r['task'][:52]:<52} {r['weight']:>3g} {ms(r['tuned']):>10} "
-                     f"{ms(r['pytorch']):>11} {ms(r['default']):>11}")
+                     f"{ms(r['pytorch']):>11} {ms(r['default']):>11}{mark}")
     t = rep["total"]
     lines.append(f"{'total (weighted)':<52} {'':>3} {ms(t['tuned']):>10} {ms(t['pytorch']):>11} "
                  f"{ms(t['default']):>11}")
     if t["pytorch"]:
-        lines.append(f"tuned vs PyTorch: {t['pytorch'] / t['tuned']:.2f}x; "
-                     f"vs untuned: {t['default'] / t['tuned']:.1f}x")
+        lines.append(f"tuned: {how_fast(t['pytorch'] / t['tuned'])} than PyTorch; "
+                     f"{how_fast(t['default'] / t['tuned'])} than untuned")
     return "\n".join(lines)
+
+
+def how_fast(speedup: float) -> str:
+    """'1.60x faster' or '2.80x slower' for a ratio old / new."""
+    return f"{speedup:.2f}x faster" if speedup >= 1 else f"{1 / speedup:.2f}x slower"

@@ -62,25 +62,44 @@ def _ident(name: str) -> str:
 
 
 class Progress:
-    """One status line on stderr (a progress bar without a dependency)."""
+    """Progress on stderr: on a terminal one status line redrawn in place (a progress bar
+    without a dependency); elsewhere (a log, a pipe) one line per task when it is done."""
 
     def __init__(self, total: int, label: str, enabled: bool = True):
-        self.total, self.label, self.enabled = total, label, enabled and sys.stderr.isatty()
+        self.total, self.label, self.enabled = total, label, enabled
+        self.tty = sys.stderr.isatty()
         self.t0 = time.perf_counter()
+        self.last: tuple[int, float] | None = None
+
+    def _status(self, done: int, gflops: float) -> str:
+        return f"{done}/{self.total}  best {gflops:8.2f} GFLOP/s  {time.perf_counter() - self.t0:6.1f}s"
 
     def show(self, done: int, best: float, flops: int) -> None:
         if not self.enabled:
             return
-        width = 24
-        filled = int(width * done / max(self.total, 1))
         gf = flops / best / 1e9 if math.isfinite(best) else 0.0
-        sys.stderr.write(f"\r{self.label[:40]:<40} [{'#' * filled}{'.' * (width - filled)}] "
-                         f"{done}/{self.total}  best {gf:8.2f} GFLOP/s  {time.perf_counter() - self.t0:6.1f}s")
-        sys.stderr.flush()
+        self.last = (done, gf)
+        if self.tty:
+            width = 24
+            filled = int(width * done / max(self.total, 1))
+            sys.stderr.write(f"\r{self.label[:40]:<40} [{'#' * filled}{'.' * (width - filled)}] "
+                             + self._status(done, gf))
+            sys.stderr.flush()
+
+    def line(self, text: str) -> None:
+        """A line of its own where there is no terminal to redraw (one per tuned task)."""
+        if self.enabled and not self.tty:
+            sys.stderr.write(f"[{time.perf_counter() - self.t0:6.1f}s] {text}\n")
+            sys.stderr.flush()
 
     def close(self) -> None:
-        if self.enabled:
+        if not self.enabled:
+            return
+        if self.tty:
             sys.stderr.write("\n")
+        elif self.last is not None:
+            sys.stderr.write(f"{self.label}: {self._status(*self.last)}\n")
+            sys.stderr.flush()
 
 
 def measure_candidate(measurer: Measurer, task: Task, cand: Candidate, best: float, hw: HardwareParams,
@@ -301,6 +320,8 @@ def tune_workload(tasks: list, trials_per_task: int, strategy: str = "evolutiona
             n = t.step(min(t.round_size(), trials_per_task, budget - spent), bar, spent)
             rounds[i] += 1
             spent += n
+            bar.line(f"{spent}/{budget} {t.task.name}: {t.result.measurements} measured, "
+                     f"best {t.result.gflops:.2f} GFLOP/s")
             if n == 0:
                 exhausted.add(i)  # its space is measured out; the budget goes to the others
         bar.close()
