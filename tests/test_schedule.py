@@ -236,3 +236,24 @@ def test_error_missing_args_and_unknown_target():
         tlmir.lower(s, [A, B])
     with pytest.raises(TlmirError, match="unknown target"):
         tlmir.build(s, [A, B, C], target="tpu")
+
+
+def test_unrolling_past_the_limit_is_refused_with_the_loop_named():
+    from tlmir.runtime.target import SearchParams
+    n = SearchParams.max_unroll * 256
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: A[i] + 1.0, name="B")
+    s = tlmir.create_schedule([B])
+    s[B].unroll(s[B].op.axis[0])
+    with pytest.raises(LowerError, match=r"unroll of B\.i: \d+ iterations, over the limit"):
+        tlmir.lower(s, [A, B])
+    with pytest.raises(ScheduleError, match="over the limit"):
+        s[B].pragma(s[B].op.axis[0], "auto_unroll_max_step", n)
+    s = tlmir.create_schedule([B])  # split first: the inner loop unrolls, the result is right
+    _, inner = s[B].split(s[B].op.axis[0], factor=8)
+    s[B].unroll(inner)
+    f = tlmir.build(s, [A, B])
+    a = np.random.rand(n).astype("float32")
+    b = np.zeros(n, "float32")
+    f(a, b)
+    np.testing.assert_allclose(b, a + 1, rtol=1e-6)

@@ -75,6 +75,8 @@ class SearchParams:
     max_vector_len: int = 64           # longest vectorized loop the space offers
     parallel_factor: int = 16          # parallel loops cover up to parallel_factor x cores iterations
     unroll_steps: tuple = (0, 16, 64, 512)
+    max_unroll: int = 4096             # most iterations an unrolled loop (or auto-unrolled nest) may
+                                       # have: a 1 M-iteration unroll would build for minutes
     population: int = 512              # evolutionary search: candidates the cost model scores per
                                        # round (128 rarely held a per-row fused layernorm: docs/benchmarks.md)
     measures_per_round: int = 64

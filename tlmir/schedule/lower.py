@@ -21,6 +21,7 @@ from ..ir.expr import (Add, Const, Expr, Load, Max, Min, Reduce, TensorRead, Var
                        substitute, transform, walk)
 from ..ir.stmt import Allocate, Buffer, For, IfThenElse, PrimFunc, Seq, Stmt, Store, seq
 from ..ir.tensor import Tensor
+from ..runtime.target import SearchParams
 from .schedule import Schedule, Split, Stage, derive_trip_counts
 
 _COMBINE = {"sum": Add, "max": Max, "min": Min}
@@ -281,6 +282,9 @@ class _Lowerer:
     def _for(self, st: Stage, v, body: Stmt) -> Stmt:
         info = self.info[id(st)]
         kind = st.iter_kind.get(v, "serial")
+        if kind == "unrolled" and info.dom[id(v)] > SearchParams.max_unroll:
+            raise LowerError(f"unroll of {st.name}.{v.name}: {info.dom[id(v)]} iterations, over the limit of "
+                             f"{SearchParams.max_unroll} (SearchParams.max_unroll); split the loop first")
         loop = body if _elided(st, v, info.dom) else For(v.var, const(0), const(info.dom[id(v)]), kind,
                                                         body, st.thread_tag.get(v))
         step = st.pragmas.get(v, {}).get("auto_unroll_max_step", 0)

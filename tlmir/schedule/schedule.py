@@ -15,6 +15,7 @@ from ..errors import ScheduleError
 from ..ir.expr import Reduce, TensorRead, transform
 from ..ir.stmt import SCOPES, THREAD_TAGS
 from ..ir.tensor import ComputeOp, IterVar, Operation, PlaceholderOp, Tensor, topo_ops
+from ..runtime.target import SearchParams
 from .steps import Step
 
 
@@ -216,6 +217,9 @@ class Stage:
                                 f"supported: 'auto_unroll_max_step'")
         if not isinstance(value, int) or value < 0:
             raise ScheduleError(f"pragma {name} on {self.name}.{iv.name}: value must be an int >= 0")
+        if value > SearchParams.max_unroll:
+            raise ScheduleError(f"pragma {name} on {self.name}.{iv.name}: {value} is over the limit of "
+                                f"{SearchParams.max_unroll} unrolled iterations (SearchParams.max_unroll)")
         self.pragmas.setdefault(iv, {})[name] = value
         self._record("pragma", axis=iv.name, name=name, value=value)
 
