@@ -165,6 +165,7 @@ def test_history_prints_serialises_and_replays():
     s[CL].pragma(CL.op.axis[0], "auto_unroll_max_step", 16)
     text = steps_to_json(s.history)
     assert "s['C'].split('i', factor=16)" in [str(st) for st in s.history]
+    assert "s['C'].split('i', factor=16)" in str(s.history).splitlines()  # print(s.history): Python
     A2, B2, C2 = matmul()
     s2 = tlmir.create_schedule(C2)
     replay(s2, steps_from_json(text))

@@ -8,6 +8,7 @@ from typing import Callable
 from .errors import DefinitionError, ShapeError
 from .ir.expr import (DTYPES, Call, Expr, Max, Min, Reduce, Select, binary, cast, const,
                       is_float, promote)
+from .ir.bounds import check_reads
 from .ir.tensor import ComputeOp, IterVar, PlaceholderOp, Tensor
 
 __all__ = ["placeholder", "compute", "reduce_axis", "sum", "max", "min", "exp", "log", "sqrt",
@@ -49,7 +50,9 @@ def compute(shape, fcompute: Callable, name: str = "compute", tag: str = "") -> 
                              f"function takes {len(names)} indices")
     axis = [IterVar(n, s) for n, s in zip(names, shape)]
     body = const(fcompute(*[a.var for a in axis]))
-    return ComputeOp(name, axis, body, tag).output()
+    op = ComputeOp(name, axis, body, tag)
+    check_reads(name, axis, op.body)
+    return op.output()
 
 
 def _reduce(combiner: str, expr, axis, where=None) -> Reduce:

@@ -98,6 +98,13 @@ class Kernel:
             if id(buf) in self._outputs and not a.flags.writeable:
                 raise ArgumentError(f"{where}: the kernel writes this array but it is read-only")
             ptrs.append(a.ctypes.data)
+        for k, (a, buf) in enumerate(zip(arrays, f.args)):
+            if id(buf) not in self._outputs:
+                continue
+            for j, (b, other) in enumerate(zip(arrays, f.args)):
+                if j != k and np.may_share_memory(a, b):
+                    raise ArgumentError(f"{f.name}: argument {k} ({buf.name}) is written and shares memory "
+                                        f"with argument {j} ({other.name}); pass separate arrays")
         nt = default_num_threads() if self.num_threads is None else self.num_threads
         if isinstance(nt, bool) or not isinstance(nt, int) or nt < 1:
             raise ArgumentError(f"{f.name}: num_threads must be a positive int, got {nt!r}")

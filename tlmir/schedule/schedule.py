@@ -16,7 +16,7 @@ from ..ir.expr import Reduce, TensorRead, transform
 from ..ir.stmt import SCOPES, THREAD_TAGS
 from ..ir.tensor import ComputeOp, IterVar, Operation, PlaceholderOp, Tensor, topo_ops
 from ..runtime.target import SearchParams
-from .steps import Step
+from .steps import History, Step
 
 
 @dataclass(eq=False)
@@ -265,7 +265,7 @@ class Schedule:
 
     def __init__(self, outputs: Sequence[Tensor]):
         self.outputs = [t.op for t in outputs]
-        self.history: list[Step] = []
+        self.history: History = History()
         self.stages: list[Stage] = []
         self._map: dict[int, Stage] = {}
         for op in topo_ops(outputs):

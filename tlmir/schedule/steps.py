@@ -47,6 +47,13 @@ class Step:
         return f"{self.prim}({self.stage!r}, {a})"
 
 
+class History(list):
+    """A schedule's steps; `print(s.history)` shows them as the Python that makes them."""
+
+    def __str__(self) -> str:
+        return "\n".join(str(st) for st in self)
+
+
 def steps_to_json(steps: list[Step]) -> str:
     return json.dumps([s.to_dict() for s in steps])
 
