@@ -276,7 +276,9 @@ def add_parsers(sub, op_args) -> None:
     it.add_argument("--seed", type=nonneg_int, default=0, help="random seed of the sampling")
     it.set_defaults(fn=cmd_iterate)
     ge = sub.add_parser("generate", help="generate schedules for an op with a TLM (paper Alg. 2)")
-    ge.add_argument("--model", default="base", help="model directory, or `base` for the shipped model")
+    ge.add_argument("--model", default="default",
+                    help="default (the shipped, fine-tuned tlm), base (pre-trained only; the one to sample "
+                         "--unconstrained) or a model directory")
     op_args(ge)
     ge.add_argument("-n", type=positive_int, default=8, help="programs to generate")
     ge.add_argument("--batch", type=positive_int, default=64, help="sentences decoded together")
