@@ -191,12 +191,38 @@ def test_error_split_of_axis_that_no_longer_exists():
         s[C].split(i, factor=2)
 
 
-def test_error_vectorize_not_innermost():
-    A, B, C = matmul()
+def test_vectorize_with_loops_inside_vectorizes_across_them_as_tvm_does():
+    """A conv-like habit: the vectorized spatial loop sits outside the reduction; the body is
+    vectorized across the inner loops (the reduction accumulates vectors)."""
+    import warnings
+    from tlmir.errors import LoweringWarning
+    A, B, C = matmul(32, 24, 16)
     s = tlmir.create_schedule(C)
-    s[C].vectorize(C.op.axis[1])  # k is inside j
-    with pytest.raises(LowerError, match=r"stage 'C'.*axis 'j' is not the innermost"):
-        tlmir.lower(s, [A, B, C])
+    jo, ji = s[C].split(C.op.axis[1], factor=8)
+    s[C].vectorize(ji)  # default order: i, j.outer, j.inner, k
+    text = str(tlmir.lower(s, [A, B, C]))
+    assert text.index("for k in") < text.rindex("for j.inner in range(8):  # vectorized")  # update nest
+    f = tlmir.build(s, [A, B, C])
+    a, b = np.random.rand(32, 16).astype("float32"), np.random.rand(16, 24).astype("float32")
+    c = np.zeros((32, 24), "float32")
+    f(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5)
+    # a stage computed inside the vectorized loop: it cannot move, so it runs serially (warned)
+    A, B, C = matmul(16, 16, 16)
+    BB = tlmir.te.compute((16, 16), lambda k, j: B[k, j] * 2.0, name="BB")
+    k = tlmir.te.reduce_axis(16, "k")
+    D = tlmir.te.compute((16, 16), lambda i, j: tlmir.te.sum(A[i, k] * BB[k, j], axis=k), name="D")
+    s = tlmir.create_schedule(D)
+    s[BB].compute_at(s[D], D.op.axis[1])
+    s[D].vectorize(D.op.axis[1])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        f = tlmir.build(s, [A, B, D])
+    assert any(issubclass(w.category, LoweringWarning) and "lowered serially" in str(w.message) for w in caught)
+    a, b = np.random.rand(16, 16).astype("float32"), np.random.rand(16, 16).astype("float32")
+    d = np.zeros((16, 16), "float32")
+    f(a, b, d)
+    np.testing.assert_allclose(d, a @ (2 * b), rtol=1e-5)
 
 
 def test_error_vectorize_reduction_and_parallel_reduction():

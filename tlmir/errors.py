@@ -43,3 +43,7 @@ class ModelError(TlmirError):
 
 class LanguageError(TlmirError):
     """A tensor sentence is malformed, of another version, or has unknown words."""
+
+
+class LoweringWarning(UserWarning):
+    """A schedule annotation lowering had to drop (e.g. a vectorize it runs serially)."""

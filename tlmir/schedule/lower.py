@@ -13,9 +13,10 @@ Four passes over the stages, as in TVM's ScheduleOps:
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
-from ..errors import LowerError, TlmirError
+from ..errors import LowerError, LoweringWarning, TlmirError
 from ..ir import arith
 from ..ir.expr import (Add, Const, Expr, Load, Max, Min, Reduce, TensorRead, Var, const, free_vars,
                        substitute, transform, walk)
@@ -41,6 +42,7 @@ class _Info:
 
 class _Lowerer:
     def __init__(self, sch: Schedule, args, name: str):
+        self.serial: set[int] = set()  # vectorized loops lowered serially (see _loop_order)
         self.sch, self.name = sch, name
         self.ranges: dict[Var, tuple[int, int]] = {}
         self.info: dict[int, _Info] = {}
@@ -245,12 +247,8 @@ class _Lowerer:
     def nest(self, st: Stage) -> Stmt:
         info = self.info[id(st)]
         update, init = self._stage_stmts(info)
-        leaves = st.leaf_iter_vars
+        leaves = self._loop_order(st)
         r0 = next((k for k, v in enumerate(leaves) if v.kind == "reduce"), None)
-        for k, v in enumerate(leaves):
-            if st.iter_kind.get(v) == "vectorized" and (k != len(leaves) - 1 or self._attached(st, v)):
-                raise LowerError(f"vectorize on stage {st.name!r}: axis {v.name!r} is not the "
-                                 f"innermost loop (loops: {[x.name for x in leaves]})")
 
         def loops(pos: int) -> Stmt:
             if pos == len(leaves):
@@ -276,12 +274,31 @@ class _Lowerer:
             return update
         return loops(0)
 
+    def _loop_order(self, st: Stage) -> list:
+        """The stage's loops, outermost first. A vectorized loop with loops inside it is
+        vectorized across them, as TVM does: its iterations write distinct elements, so it
+        moves innermost and the inner loops (a reduction's too) run on vectors. Where a
+        stage is computed inside it, or there are two, it runs serially (with a warning)."""
+        leaves = list(st.leaf_iter_vars)
+        vec = [k for k, v in enumerate(leaves) if st.iter_kind.get(v) == "vectorized"]
+        if not vec or (vec == [len(leaves) - 1] and not self._attached(st, leaves[-1])):
+            return leaves
+        k = vec[0]
+        if len(vec) == 1 and not any(self._attached(st, x) for x in leaves[k:]):
+            return leaves[:k] + leaves[k + 1:] + [leaves[k]]
+        for k in vec:
+            self.serial.add(id(leaves[k]))
+        warnings.warn(f"vectorize on stage {st.name!r}: {[leaves[k].name for k in vec]} cannot all be "
+                      f"innermost (loops: {[x.name for x in leaves]}); lowered serially",
+                      LoweringWarning, stacklevel=4)
+        return leaves
+
     def _attached(self, st: Stage, iv) -> list[Stage]:
         return [p for p in self.live if p.attach[0] == "at" and p.attach[1] is st and p.attach[2] is iv]
 
     def _for(self, st: Stage, v, body: Stmt) -> Stmt:
         info = self.info[id(st)]
-        kind = st.iter_kind.get(v, "serial")
+        kind = "serial" if id(v) in self.serial else st.iter_kind.get(v, "serial")
         if kind == "unrolled" and info.dom[id(v)] > SearchParams.max_unroll:
             raise LowerError(f"unroll of {st.name}.{v.name}: {info.dom[id(v)]} iterations, over the limit of "
                              f"{SearchParams.max_unroll} (SearchParams.max_unroll); split the loop first")
