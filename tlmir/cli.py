@@ -67,14 +67,20 @@ def cmd_show(args) -> None:
             print(f"# assembly\n{k.assembly}")
 
 
+SUMMARY_HEADER = (f"{'task':<48} {'tlmir ms':>10} {'GFLOP/s':>9} {'trials':>6} {'numpy ms':>10} "
+                  f"{'torch ms':>10} {'onednn ms':>10}  vs PyTorch (its fastest path)")
+
+
 def _summary_row(res, baselines: dict) -> str:
+    from .evaluate import how_fast
     best = f"{res.best_seconds * 1e3:10.4f}" if res.best_trace else "    failed"
-    row = f"{res.task.name[:48]:<48} {best} ms {res.gflops:9.2f} GFLOP/s {res.measurements:6d}"
-    for fw in ("numpy", "torch"):
+    row = f"{res.task.name[:48]:<48} {best} {res.gflops:9.2f} {res.measurements:6d}"
+    for fw in ("numpy", "torch", "onednn"):  # onednn: PyTorch's oneDNN linear (dense, matmul)
         t = baselines.get(fw)
-        row += f"  {fw} {t * 1e3:9.4f} ms" if t else f"  {fw} {'-':>9}   "
-    if baselines.get("onednn"):  # PyTorch's oneDNN linear (dense, matmul): tlmir.ops.baselines
-        row += f"  onednn {baselines['onednn'] * 1e3:9.4f} ms"
+        row += f" {t * 1e3:10.4f}" if t else f" {'-':>10}"
+    fastest = min((baselines[fw] for fw in ("torch", "onednn") if baselines.get(fw)), default=None)
+    if fastest and res.best_trace:
+        row += f"  {how_fast(fastest / res.best_seconds)}"
     return row
 
 
@@ -112,6 +118,8 @@ def cmd_tune(args) -> None:
     from .evaluate import task_baselines
     bases = (task_baselines([r.task for r in results], threads) if not args.no_baselines
              else [{}] * len(results))
+    if not args.json:
+        print(SUMMARY_HEADER)
     for r, base in zip(results, bases):
         d = r.to_dict()
         d.update({f"{k}_seconds": v for k, v in base.items()})
