@@ -10,7 +10,7 @@ Prints, at one thread, in GFLOP/s (median of --rounds, the variants timed in tur
   `no copy`: always the same panel (in L2), so the loop's own speed;
   `copy`: first copied from a 9.4 MB source, one panel after another, as the pack does;
   `copy+prefetch`: the same, while each panel's loop prefetches the next panel's source.
-docs/benchmarks.md ("where dense's time goes") has the numbers: the loop alone reaches
+docs/history.md ("where dense's time goes") has the numbers: the loop alone reaches
 ~85% of the FMA peak, and this sequential copy's reads from L3 cost it 15-20% (the real
 kernel's transposing pack keeps more misses in flight: about 3% there).
 """

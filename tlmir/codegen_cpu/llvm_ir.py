@@ -29,7 +29,7 @@ from .exprs import I32, I64, PTR, VOID, ExprEmitter, Lanes, ModuleContext, elem_
 ALLOCA_LIMIT = 256 * 1024  # bytes; larger local buffers go to the heap, not the stack
 HEAP_ALIGN = 64
 PREFETCH_LOCALITY = 2  # llvm.prefetch locality 2: prefetcht1, into L2
-                       # (docs/benchmarks.md, "a prefetch of the next panel")
+                       # (docs/history.md, "a prefetch of the next panel")
 MAX_VECTOR_CHUNKS = 4  # vectorized extents above this many hint-wide vectors are strip-mined
 
 

@@ -5,7 +5,7 @@ copies a panel of an input at every iteration of that loop. For dense 128x768x30
 panel is 96 KB of a 9.4 MB weight, so the copy waits on L3, and no hardware prefetcher can
 guess which panel comes next. While the loop's main nest computes on panel p, prefetches
 spread over that nest's iterations bring panel p + 1 into L2: 3% faster at 1 and 2 threads
-(docs/benchmarks.md, "a prefetch of the next panel").
+(docs/history.md, "a prefetch of the next panel").
 
 Taken: a loop L whose body (below its allocations) holds a copy nest `dst[..] = src[..]`
 with `dst` allocated inside L, `src` a kernel argument, the source index affine with
@@ -30,7 +30,7 @@ MAX_BURST = 16   # prefetches per iteration of the loop that holds them, at most
 REUSE_LIMIT = 256  # prefetch a pack only where its consumer nest runs at most this many
                    # statements per copied element: beyond, the copy is too small a share of
                    # the time to be worth the prefetches (matmul 1024^3: 1024, 1% slower;
-                   # dense 128x768x3072: 128, 3% faster; docs/benchmarks.md, "a prefetch of the next panel")
+                   # dense 128x768x3072: 128, 3% faster; docs/history.md, "a prefetch of the next panel")
 
 
 def add_prefetches(func: S.PrimFunc) -> S.PrimFunc:
@@ -115,7 +115,7 @@ def _with_prefetches(host: S.For, src: S.Buffer, base: E.Expr, outer: list, run:
     One contiguous run: iteration t of T fetches element t * run / T, so the fetches are
     spread evenly over the nest (a step of at most a line). Spread out they beat a line
     per iteration from the start: 3.4 / 3.9% against 2.5 / 1.1% faster at 1 / 2 threads
-    (dense, docs/benchmarks.md, "a prefetch of the next panel"). Only the run's last line can be missed, when
+    (dense, docs/history.md, "a prefetch of the next panel"). Only the run's last line can be missed, when
     the run does not start on a line (prefetches are hints; the buffer's alignment is not
     known). Several runs: every run gets a point every line from its start and one past its
     end, which touches every line it overlaps whatever the alignment, and the points are

@@ -78,7 +78,7 @@ class SearchParams:
     max_unroll: int = 4096             # most iterations an unrolled loop (or auto-unrolled nest) may
                                        # have: a 1 M-iteration unroll would build for minutes
     population: int = 512              # evolutionary search: candidates the cost model scores per
-                                       # round (128 rarely held a per-row fused layernorm: docs/benchmarks.md)
+                                       # round (128 rarely held a per-row fused layernorm: docs/history.md)
     measures_per_round: int = 64
     warmup_rounds: int = 4             # evolutionary search measures its first round's worth in this
                                        # many smaller rounds, so its cost model ranks from round two
@@ -86,7 +86,7 @@ class SearchParams:
     local_share: float = 0.25          # evolutionary search: share of a round measured as random,
                                        # unranked mutants of the best measured programs
     local_parents: int = 4             # ... of the best programs of this many best sketches (8: no
-                                       # better on dense over 10 seeds: docs/benchmarks.md,
+                                       # better on dense over 10 seeds: docs/history.md,
                                        # "local mutants for every sketch")
     sketch_share: float = 0.25         # ... share of the population and of a round's model picks
                                        # dealt round-robin over the sketches (each its own top-scored)
@@ -94,7 +94,7 @@ class SearchParams:
     sketch_drop_after: int = 16        # after this many of its programs were measured loses that share
     pack_max_repeat: int = 1           # a pack may sit at a loop where it copies each element at most
                                        # this often (inside the loop over dense's i tiles: once per tile;
-                                       # a second copy of dense's W cost 6-11%: docs/benchmarks.md)
+                                       # a second copy of dense's W cost 6-11%: docs/history.md)
     mutation_prob: float = 0.85
     mutation_weights: tuple = (("tile", 0.90), ("at", 0.05), ("unroll", 0.04), ("vec", 0.04), ("parallel", 0.01))
                                        # which kind of question a mutation redraws (Ansor's CPU rule

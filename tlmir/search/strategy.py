@@ -167,7 +167,7 @@ class EvolutionarySearch(RandomSearch):
         trained mostly on one sketch's programs keeps picking that sketch: matmul's runs put
         80-86% of 1000 measurements on one sketch, a different one per seed, and the sketch
         of the fastest program found (a B panel, 6.1 ms) got 2-36 measurements in the runs
-        that missed it (docs/benchmarks.md, "a share for every sketch")."""
+        that missed it (docs/history.md, "a share for every sketch")."""
         order = [int(i) for i in np.argsort(-scores, kind="stable")]
         deal, rank = [], {}  # (rank within its sketch, global position, index)
         for pos, i in enumerate(order):
@@ -184,7 +184,7 @@ class EvolutionarySearch(RandomSearch):
         cost model: a model trained on the programs measured so far underrates programs unlike
         them, while the best program's neighbourhood is where the next gain most likely is
         (layernorm: the one-step mutants the model scored lowest ran 2.4x faster than the
-        best; docs/benchmarks.md, "local mutants"). The parents are the best programs of the
+        best; docs/history.md, "local mutants"). The parents are the best programs of the
         `local_parents` best sketches, so a sketch the model has not learned to rate yet
         still gets refined (mutation never changes the sketch); half the mutants come from
         the very best. `fastest_first`: the measured (candidate, throughput), best first."""
