@@ -1,15 +1,14 @@
 """`tlmir.build`: schedule -> loop program -> native kernel for a target."""
 from __future__ import annotations
 
-from .errors import BuildError
+from .runtime.target import parse_target
 from .schedule import Schedule, lower
-
-TARGETS = ("cpu",)
 
 
 def build(sch: Schedule, args, target: str = "cpu", name: str = "main"):
-    """Lower `sch` and compile it for `target`; returns a kernel callable on numpy arrays."""
-    if target not in TARGETS:
-        raise BuildError(f"unknown target {target!r}; available: {TARGETS}")
+    """Lower `sch` and compile it for `target` ("cpu": this host; "cpu:avx2": this host
+    held to AVX2, 256-bit vectors; see runtime.target.parse_target); returns a kernel
+    callable on numpy arrays."""
+    hw = parse_target(target)
     from .codegen_cpu import compile_func
-    return compile_func(lower(sch, args, name))
+    return compile_func(lower(sch, args, name), hw)

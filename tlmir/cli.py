@@ -102,17 +102,19 @@ def cmd_tune(args) -> None:
         raise ArgumentError("tune: --trials-per-task is for --workload; with --op give --trials")
     if args.cost_model:
         args.strategy = f"{args.strategy.partition('@')[0]}@{args.cost_model}"
+    from .runtime.target import parse_target
     from .search.strategy import parse_strategy
-    parse_strategy(args.strategy)  # a bad name fails before any task is built
+    parse_strategy(args.strategy)  # a bad name or target fails before any task is built
+    parse_target(args.target)
     if args.workload:
         from .workloads import network_tasks
         res = tune_workload(network_tasks(args.workload), args.trials_per_task or 64, args.strategy, args.db,
-                            args.seed, progress=not args.json, model=args.model)
+                            args.seed, progress=not args.json, model=args.model, hw=parse_target(args.target))
         results = res.results
     else:
         if not args.op:
             raise TlmirError("tune needs --op (with --shape/--param) or --workload")
-        results = [tune(Task.from_op(op_from_args(args)), trials=args.trials or 64, strategy=args.strategy,
+        results = [tune(Task.from_op(op_from_args(args)), args.target, trials=args.trials or 64, strategy=args.strategy,
                         db=args.db, seed=args.seed, progress=not args.json, model=args.model)]
     rows = []
     from .evaluate import task_baselines
@@ -306,6 +308,9 @@ def main(argv: list[str] | None = None) -> int:
     tu = sub.add_parser("tune", help="search the schedule space of an op or of a network's subgraphs")
     op_args(tu)
     tu.add_argument("--workload", help="network name (see `tlmir workloads`)")
+    tu.add_argument("--target", default="cpu",
+                    help="what the programs are compiled for: cpu (this host), cpu:avx2, cpu:avx512, "
+                         "options -cores=N -l1=32K -l2=1M")
     tu.add_argument("--trials", type=positive_int, help="measurements for --op (default 64)")
     tu.add_argument("--trials-per-task", type=positive_int,
                     help="measurements per task for --workload (default 64)")

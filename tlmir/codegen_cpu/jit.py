@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import ArgumentError, BuildError
 from ..ir.stmt import PrimFunc
+from ..runtime.target import HardwareParams, host_hardware
 from .analysis import stored_buffers
 from .llvm_ir import emit_module
 from .prefetch import add_prefetches
@@ -27,12 +28,21 @@ def _init_llvm() -> None:
     register_runtime_symbols()
 
 
-def _new_target_machine() -> llvm.TargetMachine:
-    """A target machine for this host. MCJIT takes ownership of the one it is given, so
-    each engine gets its own; optimisation and assembly share `_target_machine()`."""
+_ABOVE = {"avx512": (), "avx2": ("avx512",), "sse": ("avx512", "avx", "fma", "f16c", "vaes", "vpclmulqdq")}
+# feature-name prefixes an instruction set does not have (on a host that does)
+
+
+def _new_target_machine(isa: str | None = None) -> llvm.TargetMachine:
+    """A target machine for this host, held to `isa` (None: everything the host has).
+    MCJIT takes ownership of the one it is given, so each engine gets its own;
+    optimisation and assembly share `_target_machine(isa)`."""
     _init_llvm()
     try:
-        features = llvm.get_host_cpu_features().flatten()
+        feats = llvm.get_host_cpu_features()
+        for name in list(feats):
+            if isa and name.startswith(_ABOVE[isa]):
+                feats[name] = False
+        features = feats.flatten()
     except RuntimeError:  # not every platform reports features; the CPU name still implies them
         features = ""
     target = llvm.Target.from_triple(llvm.get_process_triple())
@@ -40,12 +50,12 @@ def _new_target_machine() -> llvm.TargetMachine:
 
 
 @functools.cache
-def _target_machine() -> llvm.TargetMachine:
-    return _new_target_machine()
+def _target_machine(isa: str | None = None) -> llvm.TargetMachine:
+    return _new_target_machine(isa)
 
 
-def _optimize(mod: llvm.ModuleRef) -> None:
-    tm = _target_machine()
+def _optimize(mod: llvm.ModuleRef, isa: str | None = None) -> None:
+    tm = _target_machine(isa)
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(mod, pb)
@@ -62,8 +72,8 @@ class Timing:
 class Kernel:
     """A compiled PrimFunc, callable as kernel(*arrays) with one numpy array per argument."""
 
-    def __init__(self, func: PrimFunc, engine: llvm.ExecutionEngine, llvm_ir: str):
-        self.func = func
+    def __init__(self, func: PrimFunc, engine: llvm.ExecutionEngine, llvm_ir: str, isa: str | None = None):
+        self.func, self.isa = func, isa
         self.llvm_ir = llvm_ir  # after optimisation
         self.num_threads: int | None = None  # None: default_num_threads() at each call
         self._engine = engine  # owns the machine code behind _cfunc
@@ -76,7 +86,7 @@ class Kernel:
     def assembly(self) -> str:
         """Host assembly of the optimised module (built on first use: it costs a codegen)."""
         mod = llvm.parse_assembly(self.llvm_ir)
-        return _target_machine().emit_assembly(mod)
+        return _target_machine(self.isa).emit_assembly(mod)
 
     def _bind(self, arrays: tuple) -> Callable[[], None]:
         """Validate `arrays` and return a no-argument native call on them (no copies)."""
@@ -133,11 +143,14 @@ class Kernel:
         return Timing(median=statistics.median(times), min=min(times), times=tuple(times))
 
 
-def compile_func(func: PrimFunc) -> Kernel:
-    """PrimFunc -> optimised native Kernel for this host. Raises BuildError naming `func`."""
+def compile_func(func: PrimFunc, hw: HardwareParams | None = None) -> Kernel:
+    """PrimFunc -> optimised native Kernel for `hw` (default: this host; an AVX2 `hw` on an
+    AVX-512 host gets 256-bit code). Raises BuildError naming `func`."""
     _init_llvm()
-    text = emit_module(add_prefetches(func), openmp=have_openmp())
-    tm = _target_machine()
+    isa = hw.isa if hw is not None else None
+    lanes = hw.vector_lanes if hw is not None else host_hardware().vector_lanes
+    text = emit_module(add_prefetches(func), vector_lanes_hint=lanes, openmp=have_openmp())
+    tm = _target_machine(isa)
     try:
         mod = llvm.parse_assembly(text)
         mod.verify()
@@ -145,11 +158,11 @@ def compile_func(func: PrimFunc) -> Kernel:
         raise BuildError(f"{func.name}: LLVM rejected the generated IR: {e}") from None
     mod.triple = tm.triple
     mod.data_layout = str(tm.target_data)
-    _optimize(mod)
+    _optimize(mod, isa)
     llvm_ir = str(mod)
     try:
-        engine = llvm.create_mcjit_compiler(mod, _new_target_machine())
+        engine = llvm.create_mcjit_compiler(mod, _new_target_machine(isa))
         engine.finalize_object()
     except RuntimeError as e:
         raise BuildError(f"{func.name}: native code generation failed: {e}") from None
-    return Kernel(func, engine, llvm_ir)
+    return Kernel(func, engine, llvm_ir, isa)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..ir.stmt import PrimFunc
+from .target import HardwareParams
 from .worker import run_isolated
 
 
@@ -37,7 +38,8 @@ def check_outputs(got: list[np.ndarray], expected: list[np.ndarray], rtol: float
 
 def measure_in_process(func: PrimFunc, inputs: list[np.ndarray], expected: list[np.ndarray],
                        rtol: float = 1e-4, atol: float = 1e-4, repeat: int = 10,
-                       num_threads: int | None = None, cutoff: float | None = None) -> MeasureResult:
+                       num_threads: int | None = None, cutoff: float | None = None,
+                       hw: HardwareParams | None = None) -> MeasureResult:
     """Compile, run once and verify, then time. Runs in the calling process.
 
     A candidate whose warm run is slower than `cutoff` seconds is timed by that run alone:
@@ -47,7 +49,7 @@ def measure_in_process(func: PrimFunc, inputs: list[np.ndarray], expected: list[
     would look slow and be recorded at its cold time. The number of repeats (about 2 s per
     candidate) is sized by a warm run too."""
     from ..codegen_cpu import compile_func
-    kernel = compile_func(func)
+    kernel = compile_func(func, hw)
     if num_threads is not None:
         kernel.num_threads = num_threads
     outs = [np.full(e.shape, np.nan, e.dtype) for e in expected]

@@ -9,7 +9,7 @@ import os
 import dataclasses
 from dataclasses import asdict, dataclass
 
-from ..errors import ScheduleError
+from ..errors import BuildError, ScheduleError
 
 
 ISA_LANES = {"avx512": 16, "avx2": 8, "sse": 4}  # float32 lanes of each ISA's widest register
@@ -151,3 +151,43 @@ def host_hardware() -> HardwareParams:
         has = set()
     isa = "avx512" if "avx512f" in has else ("avx2" if "avx2" in has else "sse")
     return HardwareParams("cpu", isa, os.cpu_count() or 1, ISA_LANES[isa], _cache_kb(0, 48), _cache_kb(2, 2048))
+
+
+ISA_ORDER = ("sse", "avx2", "avx512")
+
+
+def parse_target(spec: str = "cpu") -> HardwareParams:
+    """A target string as TVM spells one, to the hardware it names: `cpu` (this host),
+    `cpu:avx2` / `cpu:avx512` / `cpu:sse` (this host held to that instruction set: code
+    for an AVX2 machine compiled and run here), each optionally followed by options
+    `-cores=N`, `-l1=32K`, `-l2=1M` that override what the host reports."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise BuildError(f"target must be a string such as 'cpu' or 'cpu:avx2', got {spec!r}")
+    head, *opts = spec.split()
+    kind, _, isa = head.partition(":")
+    if kind == "cuda":
+        raise BuildError(f"target {spec!r}: there is no CUDA backend yet; available: cpu, cpu:avx2, cpu:avx512")
+    if kind != "cpu":
+        raise BuildError(f"unknown target {spec!r}; available: cpu, cpu:avx2, cpu:avx512, cpu:sse")
+    host = host_hardware()
+    hw = host
+    if isa:
+        if isa not in ISA_LANES:
+            raise BuildError(f"target {spec!r}: unknown instruction set {isa!r}; available: {', '.join(ISA_ORDER)}")
+        if ISA_ORDER.index(isa) > ISA_ORDER.index(host.isa):
+            raise BuildError(f"target {spec!r}: this host has {host.isa}, not {isa}; its code could not run here")
+        hw = dataclasses.replace(hw, isa=isa, vector_lanes=ISA_LANES[isa])
+    fields = {"-cores": "cores", "-l1": "l1_kb", "-l2": "l2_kb"}
+    for opt in opts:
+        name, eq, value = opt.partition("=")
+        if name not in fields or not eq:
+            raise BuildError(f"target {spec!r}: unknown option {opt!r}; options: -cores=N, -l1=32K, -l2=1M")
+        try:
+            n = int(value[:-1]) * (1024 if value[-1] in "Mm" else 1) if value[-1:] in ("K", "k", "M", "m") \
+                else int(value)
+        except ValueError:
+            raise BuildError(f"target {spec!r}: {opt!r} needs an integer (sizes in K or M)") from None
+        if n < 1:
+            raise BuildError(f"target {spec!r}: {opt!r} must be positive")
+        hw = dataclasses.replace(hw, **{fields[name]: n})
+    return hw

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..ir.stmt import PrimFunc
 from ..runtime.measure import MeasureResult, measure_in_process
+from ..runtime.target import HardwareParams
 from ..runtime.task import Task
 from ..runtime.worker import Worker
 
@@ -22,20 +23,23 @@ def _load(key: str, inputs: list, expected: list) -> bool:
     return True
 
 
-def _measure(key: str, func: PrimFunc, repeat: int, num_threads: int | None, cutoff: float | None):
+def _measure(key: str, func: PrimFunc, repeat: int, num_threads: int | None, cutoff: float | None,
+             hw: HardwareParams | None = None):
     if key not in _TASK_ARRAYS:
         return None
     inputs, expected = _TASK_ARRAYS[key]
     scale = max((float(np.abs(e).max()) for e in expected if e.size), default=1.0)
     return measure_in_process(func, inputs, expected, rtol=1e-3, atol=1e-4 * (1.0 + scale),
-                              repeat=repeat, num_threads=num_threads, cutoff=cutoff)
+                              repeat=repeat, num_threads=num_threads, cutoff=cutoff, hw=hw)
 
 
 class Measurer:
     """Builds, verifies and times candidate programs out of process."""
 
-    def __init__(self, timeout: float = 30.0, repeat: int = 5, num_threads: int | None = None):
-        self.timeout, self.repeat, self.num_threads = timeout, repeat, num_threads
+    def __init__(self, timeout: float = 30.0, repeat: int = 5, num_threads: int | None = None,
+                 hw: HardwareParams | None = None):
+        """`hw`: the target the programs are compiled for (default: this host)."""
+        self.timeout, self.repeat, self.num_threads, self.hw = timeout, repeat, num_threads, hw
         self.worker = Worker(preload=("numpy", "llvmlite", "tlmir.codegen_cpu"))
         self._loaded: str | None = None
         self._arrays: dict = {}
@@ -54,7 +58,7 @@ class Measurer:
                 if not res.ok:
                     return MeasureResult(False, error=f"loading task arrays: {res.error}", kind=res.kind)
                 self._loaded = task.key
-            res = self.worker.run(_measure, task.key, func, self.repeat, self.num_threads, cutoff,
+            res = self.worker.run(_measure, task.key, func, self.repeat, self.num_threads, cutoff, self.hw,
                                   timeout=self.timeout)
             if res.ok and res.value is not None:
                 return res.value

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ..errors import TlmirError
 from ..runtime.records import CONFIRM, Record, RecordDB, best_of, confirmed_times
-from ..runtime.target import HardwareParams, SearchParams, host_hardware
+from ..runtime.target import HardwareParams, SearchParams, host_hardware, parse_target
 from ..runtime.task import Task
 from ..schedule.decider import ReplayDecider, Trace
 from ..schedule.space import SearchSpace
@@ -224,16 +224,16 @@ def tune(task: Task, target: str = "cpu", trials: int = 64, strategy: str = "evo
          db: str | RecordDB | None = None, seed: int = 0, progress: bool = True,
          hw: HardwareParams | None = None, sp: SearchParams | None = None,
          measurer: Measurer | None = None, model: str = "default") -> TuneResult:
-    """Search `task`'s schedule space for `trials` measurements in total (database included).
-    `model`: the TLM of the tlm strategies (`default`: the shipped one, or a directory)."""
-    if target != "cpu":
-        raise TlmirError(f"unknown target {target!r}; available: ['cpu']")
+    """Search `task`'s schedule space for `trials` measurements in total (database included),
+    compiled for `target` ("cpu", "cpu:avx2", ...: runtime.target.parse_target) unless `hw`
+    names the hardware. `model`: the TLM of the tlm strategies (`default`: the shipped one,
+    or a directory)."""
     if not isinstance(task, Task):
         raise TlmirError(f"tune expects a tlmir.Task, got {type(task).__name__}")
-    hw, sp = hw or host_hardware(), sp or SearchParams()
+    hw, sp = hw or parse_target(target), sp or SearchParams()
     own_db = not isinstance(db, RecordDB)
     rdb = db if isinstance(db, RecordDB) else RecordDB(db or ":memory:")
-    meas = measurer or Measurer()
+    meas = measurer or Measurer(hw=hw)
     try:
         tuner = TaskTuner(task, strategy, rdb, meas, hw, sp, seed, model)
         bar = Progress(trials, task.name, progress)
@@ -303,7 +303,7 @@ def tune_workload(tasks: list, trials_per_task: int, strategy: str = "evolutiona
     hw, sp = hw or host_hardware(), sp or SearchParams()
     own_db = not isinstance(db, RecordDB)
     rdb = db if isinstance(db, RecordDB) else RecordDB(db or ":memory:")
-    meas = Measurer()
+    meas = Measurer(hw=hw)
     try:
         tuners = [TaskTuner(t, strategy, rdb, meas, hw, sp, seed, model) for t, _ in tasks]
         weights = [w for _, w in tasks]
