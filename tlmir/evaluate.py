@@ -42,7 +42,7 @@ import numpy as np
 
 from .errors import TlmirError
 from .runtime.records import RecordDB
-from .runtime.target import SearchParams, host_hardware
+from .runtime.target import HardwareParams, SearchParams, host_hardware
 from .runtime.task import Task
 
 _KERNEL = re.compile(r"\d+x\d+$")
@@ -123,17 +123,18 @@ def task_baselines(tasks, threads: int) -> list[dict[str, float]]:
     return [next(times)[threads] if ok else {} for ok in has_op]
 
 
-def program_timer(task: Task, trace_json: str, repeat: int = 15) -> Callable[[int], float]:
+def program_timer(task: Task, trace_json: str, repeat: int = 15,
+                  hw: HardwareParams | None = None) -> Callable[[int], float]:
     """A function of the thread count giving the median seconds of a recorded program, which
-    is rebuilt from its trace and checked once, here: reports time one program at several
-    thread counts and rounds without compiling it again for each."""
+    is rebuilt from its trace (for `hw`: default this host) and checked once, here: reports
+    time one program at several thread counts and rounds without compiling it again for each."""
     from .codegen_cpu import compile_func
     from .runtime.measure import check_outputs
     from .schedule.decider import Trace
     from .schedule.lower import lower
     from .schedule.space import SearchSpace
-    space = SearchSpace(task.outputs)
-    kernel = compile_func(lower(space.replay(Trace.from_json(trace_json)), task.args))
+    space = SearchSpace(task.outputs, hw) if hw is not None else SearchSpace(task.outputs)
+    kernel = compile_func(lower(space.replay(Trace.from_json(trace_json)), task.args), hw)
     ins = task.random_inputs(0)
     outs = [np.zeros(t.shape, t.dtype) for t in task.outputs]
     kernel(*ins, *outs)
