@@ -67,8 +67,10 @@ def cmd_show(args) -> None:
             print(f"# assembly\n{k.assembly}")
 
 
-SUMMARY_HEADER = (f"{'task':<48} {'tlmir ms':>10} {'GFLOP/s':>9} {'trials':>6} {'numpy ms':>10} "
-                  f"{'torch ms':>10} {'onednn ms':>10}  vs PyTorch (its fastest path)")
+SUMMARY_HEADER = (f"{'task':<48} {'tlmir ms':>10} {'GFLOP/s':>9} {'trials':>6} {'numpy ms (spread)':>17} "
+                  f"{'torch ms (spread)':>17} {'onednn ms (spread)':>17}  vs PyTorch (its fastest path)")
+# a baseline column: the fastest of its 6 timings (3 in each of 2 processes), and how much slower
+# the slowest was (the spread on a busy machine)
 
 
 def _summary_row(res, baselines: dict) -> str:
@@ -77,8 +79,8 @@ def _summary_row(res, baselines: dict) -> str:
     row = f"{res.task.name[:48]:<48} {best} {res.gflops:9.2f} {res.measurements:6d}"
     for fw in ("numpy", "torch", "onednn"):  # onednn: PyTorch's oneDNN linear (dense, matmul)
         t = baselines.get(fw)
-        row += f" {t * 1e3:10.4f}" if t else f" {'-':>10}"
-    fastest = min((baselines[fw] for fw in ("torch", "onednn") if baselines.get(fw)), default=None)
+        row += f" {t[0] * 1e3:8.4f} ({t[1] / t[0]:4.1f}x)" if t else f" {'-':>17}"
+    fastest = min((baselines[fw][0] for fw in ("torch", "onednn") if baselines.get(fw)), default=None)
     if fastest and res.best_trace:
         row += f"  {how_fast(fastest / res.best_seconds)}"
     return row
@@ -118,13 +120,14 @@ def cmd_tune(args) -> None:
                         db=args.db, seed=args.seed, progress=not args.json, model=args.model)]
     rows = []
     from .evaluate import task_baselines
-    bases = (task_baselines([r.task for r in results], threads) if not args.no_baselines
+    bases = (task_baselines([r.task for r in results], threads, spread=True) if not args.no_baselines
              else [{}] * len(results))
     if not args.json:
         print(SUMMARY_HEADER)
     for r, base in zip(results, bases):
         d = r.to_dict()
-        d.update({f"{k}_seconds": v for k, v in base.items()})
+        d.update({f"{k}_seconds": v[0] for k, v in base.items()})
+        d.update({f"{k}_slowest_seconds": v[1] for k, v in base.items()})
         rows.append(d)
         if not args.json:
             print(_summary_row(r, base))

@@ -114,12 +114,13 @@ def frameworks(budgets: list[int], baselines: str | list[str], tlm: str | list[s
     return out
 
 
-def task_baselines(tasks, threads: int) -> list[dict[str, float]]:
+def task_baselines(tasks, threads: int, spread: bool = False) -> list[dict]:
     """{framework: seconds} of each task at `threads` ({} for a task without an op), all
-    timed in child processes of their own (ops.baselines.baselines_isolated)."""
+    timed in child processes of their own (ops.baselines.baselines_isolated); with
+    `spread`, {framework: (fastest, slowest)} of the repeated timings."""
     from .ops.baselines import baselines_isolated
     has_op = [getattr(t, "op", None) is not None for t in tasks]
-    times = iter(baselines_isolated([t.op for t, ok in zip(tasks, has_op) if ok], [threads]))
+    times = iter(baselines_isolated([t.op for t, ok in zip(tasks, has_op) if ok], [threads], spread=spread))
     return [next(times)[threads] if ok else {} for ok in has_op]
 
 

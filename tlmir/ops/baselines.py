@@ -349,16 +349,17 @@ def _isolated_child(cases: list, threads: Sequence[int], repeat: int,
         per = {}
         for t in threads:
             runs = [baseline_times(op, inputs, t, repeat) for _ in range(tries)]
-            per[t] = {fw: min(r[fw] for r in runs) for fw in runs[0]}
+            per[t] = {fw: [r[fw] for r in runs] for fw in runs[0]}
         out.append(per)
     return out
 
 
 def baselines_isolated(ops: Sequence[OpDef], threads: Sequence[int], repeat: int = 10,
-                       tries: int = 3, processes: int = 2) -> list[dict[int, dict[str, float]]]:
+                       tries: int = 3, processes: int = 2, spread: bool = False) -> list[dict]:
     """baseline_times of each op on `op.random_inputs(0)` (the arrays `Task.random_inputs(0)`
     gives its task) at each thread count, timed in fresh Python processes with torch's
-    default OpenMP settings: [{threads: {framework: seconds}}], in `ops` order.
+    default OpenMP settings: [{threads: {framework: seconds}}], in `ops` order; with
+    `spread`, {framework: (fastest, slowest)} of the tries x processes medians instead.
 
     Each time is the fastest of `tries` medians in each of `processes` processes: on this
     shared machine torch's 2-thread time of a 15-us op was now and then 7.5 ms for a whole
@@ -385,8 +386,10 @@ def baselines_isolated(ops: Sequence[OpDef], threads: Sequence[int], repeat: int
             raise TlmirError(f"timing the baselines in a child process failed: "
                              f"{done.stderr.decode(errors='replace')[-800:]}")
         runs.append(pickle.loads(done.stdout))
-    return [{t: {fw: min(r[c][t][fw] for r in runs) for fw in runs[0][c][t]} for t in runs[0][c]}
-            for c in range(len(jobs))]
+    def summary(medians: list[float]):
+        return (min(medians), max(medians)) if spread else min(medians)
+    return [{t: {fw: summary([m for r in runs for m in r[c][t][fw]]) for fw in runs[0][c][t]}
+             for t in runs[0][c]} for c in range(len(jobs))]
 
 
 def baseline_times_isolated(op: OpDef, threads: Sequence[int], repeat: int = 10, tries: int = 3,
