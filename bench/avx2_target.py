@@ -18,7 +18,7 @@ import json
 import os
 import statistics
 
-from tlmir.lm.commands import passive_openmp
+from tlmir.lm.registry import passive_openmp
 
 TASKS = {
     "matmul": ("matmul 1024^3", lambda ops: ops.matmul(1024, 1024, 1024)),

@@ -19,7 +19,7 @@ import torch
 
 from tlmir import ops
 from tlmir.errors import TlmirError
-from tlmir.lm.commands import load_model
+from tlmir.lm.registry import load_model
 from tlmir.lm.generate import Generator, Sampling, programs_per_second
 from tlmir.runtime.target import host_hardware
 from tlmir.runtime.task import Task

@@ -36,7 +36,7 @@ import os
 import statistics
 import time
 
-from tlmir.lm.commands import passive_openmp
+from tlmir.lm.registry import passive_openmp
 
 passive_openmp()  # as `tlmir tune` does: torch's idle threads sleep (before torch loads)
 
@@ -45,7 +45,7 @@ import numpy as np  # noqa: E402
 from tlmir import ops, te  # noqa: E402
 from tlmir.errors import TlmirError  # noqa: E402
 from tlmir.evaluate import program_timer  # noqa: E402
-from tlmir.lm.commands import model_dir  # noqa: E402
+from tlmir.lm.registry import model_dir  # noqa: E402
 from tlmir.ops.base import OpDef, count_flops  # noqa: E402
 from tlmir.ops.baselines import baseline_times_isolated  # noqa: E402
 from tlmir.runtime.target import host_hardware  # noqa: E402

@@ -82,7 +82,7 @@ def test_unmasked_answers_keep_the_space_questions_and_report_bad_answers():
 def test_the_shipped_model_writes_verified_programs_of_pack_sketches():
     """BERT's 128x768x768 dense: the default model's vocabulary spells the sketches that pack
     W (`W:packD`), it picks them, and their programs build and match numpy."""
-    from tlmir.lm.commands import load_model
+    from tlmir.lm.registry import load_model
     from tlmir.runtime.target import host_hardware
     model, tok, _ = load_model("default")
     hw = host_hardware()

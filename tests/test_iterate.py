@@ -13,7 +13,7 @@ import pytest
 
 from tlmir import ops
 from tlmir.errors import ModelError, TlmirError
-from tlmir.lm.commands import BASE_MODEL, load_model
+from tlmir.lm.registry import BASE_MODEL, load_model
 from tlmir.lm.iterate import IterateConfig, Iteration, task_batches
 from tlmir.lm.language import trace_to_sentence
 from tlmir.lm.sft import answer_flags, answer_nll, sft

@@ -43,9 +43,10 @@ def test_user_defined_task_without_numpy_reference():
 
 
 def test_crashing_candidates_cost_one_trial_each():
-    # every program of this task reads far outside A: each candidate crashes its worker
+    # every program of this task reads far outside A: each candidate crashes its worker (a
+    # data-dependent guard, always true, is one the definition-time bounds check trusts)
     A = te.placeholder((16,), name="A")
-    B = te.compute((16,), lambda i: A[i * 100_000_000], name="B")
+    B = te.compute((16,), lambda i: te.if_then_else(A[0] < 1e30, A[i * 100_000_000], 0.0), name="B")
     task = Task("crash", [A, B], reference=lambda a: [np.zeros(16, "float32")])
     res = tune(task, trials=4, strategy="random", sp=SMALL, progress=False)
     assert res.measurements == 4 and res.failures == 4 and res.best_trace is None

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tlmir.lm.commands import BASE_MODEL, TOKENIZER_FILE, TUNED_MODEL, model_dir
+from tlmir.lm.registry import BASE_MODEL, TOKENIZER_FILE, TUNED_MODEL, model_dir
 from tlmir.lm.language import hw_prompt, task_prompt, trace_to_sentence
 from tlmir.lm.tokenizer import RULE_HARDWARE, Tokenizer, extent_words, space_words
 from tlmir.runtime.target import hardware_variants

@@ -8,7 +8,7 @@ import pytest
 
 from tlmir import ops
 from tlmir.errors import ModelError
-from tlmir.lm.commands import BASE_MODEL, TOKENIZER_FILE
+from tlmir.lm.registry import BASE_MODEL, TOKENIZER_FILE
 from tlmir.lm.language import trace_to_sentence
 from tlmir.lm.tokenizer import Tokenizer
 from tlmir.runtime.records import Record

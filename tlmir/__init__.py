@@ -5,3 +5,4 @@ from .errors import TlmirError  # noqa: F401
 from .runtime.task import Task  # noqa: F401
 from .schedule import Schedule, create_schedule, lower  # noqa: F401
 from .search.tune import tune  # noqa: F401
+from .lm import tlm_search  # noqa: F401,E402 - registers the tlm strategies

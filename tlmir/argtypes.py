@@ -1,9 +1,14 @@
-"""The command line's parser and option value types: a malformed or conflicting option
-is one line, `tlmir: error: <command>: <what>`, exit status 2, never a traceback."""
+"""The command line's parser, option value types and the `--op/--shape/--param` options
+every op-taking command shares: a malformed or conflicting option is one line,
+`tlmir: error: <command>: <what>`, exit status 2, never a traceback."""
 from __future__ import annotations
 
 import argparse
+import ast
+import inspect
 import sys
+
+from .errors import ArgumentError, TlmirError
 
 
 class _DefaultsHelp(argparse.HelpFormatter):
@@ -73,3 +78,36 @@ def int_list(text: str) -> list[int]:
     if not vals or min(vals) < 1:
         raise argparse.ArgumentTypeError(f"must be comma-separated integers >= 1, got {text!r}")
     return vals
+
+
+def op_args(p) -> None:
+    p.add_argument("--op", help="op name from tlmir.ops (e.g. matmul)")
+    p.add_argument("--shape", help="comma-separated positional shape parameters, e.g. 1024,1024,1024")
+    p.add_argument("--param", action="append", help="extra op parameter NAME=VALUE (repeatable)")
+
+
+def op_from_args(args):
+    from . import ops
+    if not args.op:
+        raise TlmirError("give an op with --op (see tlmir.ops)")
+    if args.op not in ops.OPS:
+        raise TlmirError(f"unknown op {args.op!r}; known ops: {', '.join(sorted(ops.OPS))}")
+    params: dict = {}
+    if args.shape:
+        names = [p.name for p in inspect.signature(ops.OPS[args.op]).parameters.values()]
+        try:
+            vals = [int(v) for v in args.shape.split(",")]
+        except ValueError:
+            raise ArgumentError(f"--shape {args.shape!r}: give comma-separated integers, e.g. 64,64,64") from None
+        if len(vals) > len(names):
+            raise TlmirError(f"--shape gives {len(vals)} values but {args.op} takes {names}")
+        params.update(zip(names, vals))
+    for kv in args.param or []:
+        k, eq, v = kv.partition("=")
+        if not eq or not k:
+            raise ArgumentError(f"--param {kv!r}: give NAME=VALUE, e.g. bias=true")
+        try:
+            params[k] = ast.literal_eval(v)
+        except (ValueError, SyntaxError):
+            params[k] = v
+    return ops.make(args.op, **params)

@@ -1,41 +1,12 @@
 """The `tlmir` command line: show, tune, workloads, and the language-model workflow."""
 from __future__ import annotations
 
-import ast
-import inspect
 import os
 import sys
 from argparse import ArgumentTypeError
 
-from .argtypes import Parser, int_list, nonneg_int, positive_int
+from .argtypes import Parser, int_list, nonneg_int, op_args, op_from_args, positive_int
 from .errors import ArgumentError, TlmirError
-
-
-def op_from_args(args):
-    from . import ops
-    if not args.op:
-        raise TlmirError("give an op with --op (see tlmir.ops)")
-    if args.op not in ops.OPS:
-        raise TlmirError(f"unknown op {args.op!r}; known ops: {', '.join(sorted(ops.OPS))}")
-    params: dict = {}
-    if args.shape:
-        names = [p.name for p in inspect.signature(ops.OPS[args.op]).parameters.values()]
-        try:
-            vals = [int(v) for v in args.shape.split(",")]
-        except ValueError:
-            raise ArgumentError(f"--shape {args.shape!r}: give comma-separated integers, e.g. 64,64,64") from None
-        if len(vals) > len(names):
-            raise TlmirError(f"--shape gives {len(vals)} values but {args.op} takes {names}")
-        params.update(zip(names, vals))
-    for kv in args.param or []:
-        k, eq, v = kv.partition("=")
-        if not eq or not k:
-            raise ArgumentError(f"--param {kv!r}: give NAME=VALUE, e.g. bias=true")
-        try:
-            params[k] = ast.literal_eval(v)
-        except (ValueError, SyntaxError):
-            params[k] = v
-    return ops.make(args.op, **params)
 
 
 def cmd_show(args) -> None:
@@ -92,7 +63,7 @@ def cmd_tune(args) -> None:
 
     from .runtime.task import Task
     from .search.tune import tune, tune_workload
-    from .lm.commands import passive_openmp
+    from .lm.registry import passive_openmp
     passive_openmp()  # every strategy measures under the same OpenMP wait policy (workers inherit it)
     threads = int(os.environ.get("TLMIR_NUM_THREADS") or os.cpu_count() or 1)
     if args.workload and (args.op or args.shape or args.param):
@@ -142,7 +113,7 @@ def cmd_eval(args) -> None:
     import json
 
     from .evaluate import Evaluation, format_network, frameworks, representative_tasks, search_networks
-    from .lm.commands import passive_openmp
+    from .lm.registry import passive_openmp
     passive_openmp()
     tasks = representative_tasks(args.split)[: args.tasks]
     ev = Evaluation(args.out, tasks, frameworks(args.budgets, args.baseline, args.tlm),
@@ -284,12 +255,6 @@ def version() -> str:
         return "(source tree)"
 
 
-def op_args(p) -> None:
-    p.add_argument("--op", help="op name from tlmir.ops (e.g. matmul)")
-    p.add_argument("--shape", help="comma-separated positional shape parameters, e.g. 1024,1024,1024")
-    p.add_argument("--param", action="append", help="extra op parameter NAME=VALUE (repeatable)")
-
-
 def main(argv: list[str] | None = None) -> int:
     p = Parser(prog="tlmir", description=__doc__)
     p.add_argument("--version", action="version", version=f"tlmir {version()}")
@@ -330,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     tu.add_argument("--no-baselines", action="store_true", help="skip timing numpy / PyTorch")
     tu.set_defaults(fn=cmd_tune)
     from .lm.commands import add_parsers
-    add_parsers(sub, op_args)
+    add_parsers(sub)
     ev = sub.add_parser("eval", help="TLM at k measurements vs search baselines on held-out tasks")
     ev.add_argument("--split", default="held-out", choices=("held-out", "train"),
                     help="whose representative tasks")

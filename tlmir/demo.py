@@ -77,7 +77,7 @@ def _time(fn) -> float:
 def network_demo(network: str, trials_per_task: int, model: str, strategy: str = "tlm",
                  rank_per_slot: int = 16) -> None:
     from tlmir.evaluate import format_network, network_report
-    from tlmir.lm.commands import model_dir
+    from tlmir.lm.registry import model_dir
     from tlmir.runtime.target import SearchParams
     from tlmir.workloads import network_tasks
     print(f"tuning {network} ({len(network_tasks(network))} subgraphs, held out from the model's "
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
     if a.matmul:
         matmul_demo()
         return
-    from tlmir.lm.commands import passive_openmp
+    from tlmir.lm.registry import passive_openmp
     passive_openmp()
     network_demo(a.network, a.trials_per_task, a.model, a.strategy, a.rank_per_slot)
 

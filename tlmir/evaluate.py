@@ -43,7 +43,7 @@ import numpy as np
 from .errors import TlmirError
 from .runtime.records import RecordDB
 from .runtime.target import HardwareParams, SearchParams, host_hardware
-from .runtime.task import Task
+from .runtime.task import Task, task_type
 
 _KERNEL = re.compile(r"\d+x\d+$")
 EXHAUSTED = "exhausted"  # wall-file entry: the run measured every program of the task's space
@@ -51,7 +51,6 @@ EXHAUSTED = "exhausted"  # wall-file entry: the run measured every program of th
 
 def category(task: Task) -> str:
     """Op family, plus the kernel size for convolutions (1x1 and 3x3 convs differ in kind)."""
-    from .lm.iterate import task_type
     kind = task_type(task)
     if "conv" in kind:
         rest = task.name[len(kind):].split("_")

@@ -67,7 +67,6 @@ class Expr:
         raise DefinitionError(f"expression {self} has no truth value; use te.if_then_else")
 
     def __repr__(self) -> str:
-        from .printer import expr_str
         return expr_str(self)
 
     __str__ = __repr__
@@ -363,3 +362,51 @@ def substitute(e: Expr, vmap: dict) -> Expr:
 
 def free_vars(e: Expr) -> set:
     return {n for n in walk(e) if isinstance(n, Var)}
+
+
+# ---------------------------------------------------------------- printing
+
+_PREC = {Or: 1, And: 2, LT: 3, LE: 3, EQ: 3, NE: 3, Add: 4, Sub: 4,
+         Mul: 5, Div: 5, FloorDiv: 5, FloorMod: 5}
+
+
+def _fmt_const(c: Const) -> str:
+    if c.dtype == "bool":
+        return "True" if c.value else "False"
+    if is_float(c.dtype):
+        v = repr(c.value)
+        return v if c.dtype == "float32" else f"{c.dtype}({v})"
+    return str(c.value)
+
+
+def expr_str(e: Expr, parent_prec: int = 0, names: dict | None = None) -> str:
+    """`names`: display names of loop variables that would otherwise print alike (stmt_str)."""
+    def sub(x: Expr, prec: int = 0) -> str:
+        return expr_str(x, prec, names)
+    if isinstance(e, Const):
+        return _fmt_const(e)
+    if isinstance(e, Var):
+        return names.get(e, e.name) if names else e.name
+    if isinstance(e, (Min, Max)):
+        return f"{e.symbol}({sub(e.a)}, {sub(e.b)})"
+    if isinstance(e, Binary):
+        p = _PREC[type(e)]
+        s = f"{sub(e.a, p)} {e.symbol} {sub(e.b, p + 1)}"
+        return f"({s})" if p < parent_prec else s
+    if isinstance(e, Not):
+        return f"!{sub(e.a, 9)}"
+    if isinstance(e, Select):
+        return f"select({sub(e.cond)}, {sub(e.t)}, {sub(e.f)})"
+    if isinstance(e, Cast):
+        return f"{e.dtype}({sub(e.value)})"
+    if isinstance(e, Call):
+        return f"{e.op}({', '.join(sub(a) for a in e.args)})"
+    if isinstance(e, TensorRead):
+        return f"{e.tensor.name}[{', '.join(sub(i) for i in e.indices)}]"
+    if isinstance(e, Reduce):
+        axes = ", ".join(a.name for a in e.axes)
+        cond = "" if e.condition is None else f", where={sub(e.condition)}"
+        return f"{e.combiner}({sub(e.source)}, axis=[{axes}]{cond})"
+    if isinstance(e, Load):
+        return f"{e.buffer.name}[{sub(e.index)}]"
+    return f"<{type(e).__name__}>"

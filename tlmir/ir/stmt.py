@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
 
-from .expr import Expr, Var
+from .expr import Const, Expr, Var, expr_str
 
 SCOPES = ("global", "shared", "local")
 LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled", "thread_binding")
@@ -38,7 +38,6 @@ class Stmt:
         return ()
 
     def __str__(self) -> str:
-        from .printer import stmt_str
         return stmt_str(self)
 
 
@@ -165,5 +164,50 @@ class PrimFunc:
     body: Stmt
 
     def __str__(self) -> str:
-        from .printer import func_str
         return func_str(self)
+
+
+# ---------------------------------------------------------------- printing
+
+def stmt_str(s: Stmt, indent: int = 0, names: dict | None = None) -> str:
+    """`names` maps the loop variables in scope to their display names: a loop whose
+    variable is named like one around it (a stage computed at a loop of a consumer with the
+    same axis and split names) prints as `name_1`, `name_2`, ..."""
+    names = {} if names is None else names
+    pad = "  " * indent
+
+    def ex(e: Expr) -> str:
+        return expr_str(e, 0, names)
+    if isinstance(s, Seq):
+        return "\n".join(stmt_str(c, indent, names) for c in s.stmts)
+    if isinstance(s, For):
+        rng = (f"{ex(s.extent)}" if isinstance(s.min, Const) and s.min.value == 0
+               else f"{ex(s.min)}, {ex(s.min + s.extent)}")
+        kind = "" if s.kind == "serial" else f"  # {s.thread_tag or s.kind}"
+        taken, name, k = set(names.values()), s.var.name, 0
+        while name in taken:
+            k += 1
+            name = f"{s.var.name}_{k}"
+        body = stmt_str(s.body, indent + 1, {**names, s.var: name})
+        return f"{pad}for {name} in range({rng}):{kind}\n{body}"
+    if isinstance(s, Store):
+        return f"{pad}{s.buffer.name}[{ex(s.index)}] = {ex(s.value)}"
+    if isinstance(s, Allocate):
+        b = s.buffer
+        head = f"{pad}{b.name} = allocate({list(b.shape)}, {b.dtype}, {b.scope})"
+        return f"{head}\n{stmt_str(s.body, indent, names)}"
+    if isinstance(s, IfThenElse):
+        out = f"{pad}if {ex(s.cond)}:\n{stmt_str(s.then, indent + 1, names)}"
+        if s.orelse is not None:
+            out += f"\n{pad}else:\n{stmt_str(s.orelse, indent + 1, names)}"
+        return out
+    if isinstance(s, Barrier):
+        return f"{pad}barrier({s.scope})"
+    if isinstance(s, Prefetch):
+        return f"{pad}prefetch({s.buffer.name}[{ex(s.index)}])"
+    return f"{pad}<{type(s).__name__}>"
+
+
+def func_str(f: PrimFunc) -> str:
+    args = ", ".join(f"{b.name}: {b.dtype}{list(b.shape)}" for b in f.args)
+    return f"def {f.name}({args}):\n{stmt_str(f.body, 1)}"

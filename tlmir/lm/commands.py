@@ -8,43 +8,11 @@ import time
 
 import numpy as np
 
-from ..argtypes import fraction, nonneg_float, nonneg_int, positive_float, positive_int, probability
-from ..errors import ModelError, TlmirError
+from ..argtypes import (fraction, nonneg_float, nonneg_int, op_args, op_from_args, positive_float, positive_int,
+                        probability)
+from ..errors import TlmirError
 from ..runtime.target import host_hardware
-
-MODELS = os.path.join(os.path.dirname(__file__), "models")
-BASE_MODEL = os.path.join(MODELS, "base")    # pre-trained only
-TUNED_MODEL = os.path.join(MODELS, "tlm")    # + iterative SFT on this CPU class: the default
-TOKENIZER_FILE = "tokenizer.json"
-
-
-def model_dir(name: str) -> str:
-    """`base` and `tlm` name the models shipped in the package, `default` the one used
-    when none is given (the SFT'd `tlm`); anything else is a directory."""
-    if name == "default":
-        return TUNED_MODEL if os.path.isfile(os.path.join(TUNED_MODEL, "config.json")) else BASE_MODEL
-    if name in ("base", "tlm"):
-        return {"base": BASE_MODEL, "tlm": TUNED_MODEL}[name]
-    if not os.path.isdir(name):
-        raise ModelError(f"unknown model {name!r}: give default, base, tlm or a model directory")
-    return name
-
-
-def passive_openmp() -> None:
-    """Idle OpenMP threads sleep instead of spinning: on a shared 2-core machine spinning
-    torch threads made training 2-3x slower. Must run before torch is first imported."""
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-
-def load_model(name: str):
-    """(model, tokenizer, meta) from a model directory holding a checkpoint + tokenizer."""
-    from .checkpoint import load_checkpoint
-    from .tokenizer import Tokenizer
-    directory = model_dir(name)
-    tok = Tokenizer.load(os.path.join(directory, TOKENIZER_FILE))
-    model, meta = load_checkpoint(directory, expect_vocab_size=tok.vocab_size)
-    return model, tok, meta
-
+from .registry import BASE_MODEL, TOKENIZER_FILE, load_model, model_dir, passive_openmp
 
 def cmd_sample(args) -> None:
     from .sample import sample_corpus
@@ -115,7 +83,8 @@ def cmd_train_evaluator(args) -> None:
 def cmd_iterate(args) -> None:
     passive_openmp()
     from ..workloads import split_tasks
-    from .iterate import IterateConfig, Iteration, running_tasks, spread, task_type
+    from ..runtime.task import task_type
+    from .iterate import IterateConfig, Iteration, running_tasks, spread
     pool = [t for t in split_tasks(args.split) if t.flops <= args.max_gflop * 1e9]
     tasks = spread(pool, args.tasks) if args.tasks else pool
     held = running_tasks(args.out, args.archive)
@@ -138,7 +107,6 @@ def cmd_generate(args) -> None:
     passive_openmp()
     import torch
 
-    from ..cli import op_from_args
     from ..runtime.task import Task
     from ..schedule.space import SearchSpace
     from .generate import Generator, Sampling
@@ -190,7 +158,7 @@ def _verified(sch, task, ins, want) -> bool:
     return check_outputs(outs, want, rtol=1e-3, atol=1e-3) is None
 
 
-def add_parsers(sub, op_args) -> None:
+def add_parsers(sub) -> None:
     """Register the LM subcommands on the main parser's subparsers."""
     sa = sub.add_parser("sample", help="the pre-training corpus: random tensor sentences of a "
                                        "workload split, in shards (paper Alg. 1); resumable")

@@ -31,7 +31,6 @@ import json
 import math
 import multiprocessing as mp
 import os
-import re
 import shutil
 import time
 from dataclasses import asdict, dataclass
@@ -42,6 +41,7 @@ import numpy as np
 from ..errors import TlmirError
 from ..runtime.records import RecordDB, export_jsonl, import_jsonl
 from ..runtime.target import HardwareParams, SearchParams, host_hardware
+from ..runtime.task import task_type
 from ..schedule.decider import Trace
 from ..schedule.lower import lower
 from ..schedule.schedule import create_schedule
@@ -71,19 +71,6 @@ class IterateConfig:
     rank_per_slot: int = 4     # programs written per program measured; > 1: the evaluator picks
     explore: int = 4           # ranked: measured programs drawn at random from the written rest
     seed: int = 0
-
-
-_PARAM_WORD = re.compile(r"\d|[a-z]\d+$")  # 1x64x56x56, 3, m128, s2, p0, g32 (not conv2d)
-
-
-def task_type(task) -> str:
-    """The op family of a task: its name up to the first shape or parameter word."""
-    words = []
-    for w in task.name.split("_"):
-        if _PARAM_WORD.match(w):
-            break
-        words.append(w)
-    return "_".join(words) or task.name
 
 
 def spread(tasks: list, n: int) -> list:
@@ -128,7 +115,7 @@ def sft_finished(directory: str) -> bool:
 
 def _sft_process(base: str, sentences: list, out_dir: str, cfg: dict, log_path: str) -> None:
     """Entry point of the fine-tuning process (lowest CPU priority, one thread)."""
-    from .commands import passive_openmp
+    from .registry import passive_openmp
     passive_openmp()
     try:
         os.nice(19)
@@ -147,7 +134,7 @@ class Iteration:
     def __init__(self, out: str, base: str, tasks: list, config: IterateConfig | None = None,
                  hw: HardwareParams | None = None, sp: SearchParams | None = None,
                  log: Callable[[str], None] | None = print, archive: str | None = None):
-        from .commands import TOKENIZER_FILE, model_dir
+        from .registry import TOKENIZER_FILE, model_dir
         from .tokenizer import Tokenizer
         self.out, self.base = out, model_dir(base)
         Tokenizer.load(os.path.join(self.base, TOKENIZER_FILE))  # a model of an older language fails here
@@ -364,7 +351,7 @@ class Iteration:
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> dict:
-        from .commands import load_model
+        from .registry import load_model
         from .generate import Generator, Sampling
         measurer = Measurer()
         try:

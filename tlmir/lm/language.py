@@ -39,7 +39,7 @@ from typing import Any, Iterable, Sequence
 from ..errors import LanguageError, TlmirError
 from ..ir.dag import ComputeDAG
 from ..ir.expr import TensorRead, walk
-from ..ir.printer import expr_str
+from ..ir.expr import expr_str
 from ..ir.tensor import ComputeOp
 from ..runtime.target import HardwareParams
 from ..schedule.decider import Trace

@@ -16,14 +16,17 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import TlmirError
 from ..schedule.space import SearchSpace
 from ..search.rankers import WorldRanker
-from ..search.strategy import Candidate, EvolutionarySearch, RandomSearch, make_candidate
-from .generate import Generator, Sampling
+from ..search.strategy import Candidate, EvolutionarySearch, RandomSearch, make_candidate, register_strategy
+
+if TYPE_CHECKING:
+    from .generate import Sampling
 
 DEFAULT_MODEL = "default"
 _MODELS: dict = {}
@@ -32,7 +35,7 @@ _LOCK = threading.Lock()
 
 def cached_model(name: str):
     """(model, tokenizer) loaded once per process and directory."""
-    from .commands import load_model, model_dir
+    from .registry import load_model, model_dir
     path = os.path.abspath(model_dir(name))
     with _LOCK:
         if path not in _MODELS:
@@ -50,6 +53,7 @@ class TLMSearch(RandomSearch):
         super().__init__(space, args, seed)
         if task is None:
             raise TlmirError("the tlm strategy needs the task (its prompt is the model's input)")
+        from .generate import Generator, Sampling  # torch, only once a TLM search is made
         net, tok = cached_model(model)
         self.task, self.batch_size = task, batch_size
         self.gen = Generator(net, tok, space.hw, sampling or Sampling(space.sp.tlm_temperature), seed)
@@ -130,3 +134,9 @@ class TLMEvolutionarySearch(EvolutionarySearch):
             self.seen.update(c.key for c in picks)
             return picks
         return super().propose(n)
+
+
+register_strategy("tlm", lambda space, task, seed, model, cost: TLMSearch(
+    space, task.args, seed, task=task, model=model, ranked=cost == "world"), ("world", "none"))
+register_strategy("tlm+evolutionary", lambda space, task, seed, model, cost: TLMEvolutionarySearch(
+    space, task.args, seed, task=task, model=model, cost_model=cost), ("mlp", "world"))

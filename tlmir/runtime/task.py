@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Callable, Sequence
 
 import numpy as np
@@ -67,3 +68,16 @@ class Task:
 
     def __repr__(self) -> str:
         return f"Task({self.name}, key={self.key}, {self.flops / 1e9:.3f} GFLOP, weight={self.weight})"
+
+
+_PARAM_WORD = re.compile(r"\d|[a-z]\d+$")  # 1x64x56x56, 3, m128, s2, p0, g32 (not conv2d)
+
+
+def task_type(task) -> str:
+    """The op family of a task: its name up to the first shape or parameter word."""
+    words = []
+    for w in task.name.split("_"):
+        if _PARAM_WORD.match(w):
+            break
+        words.append(w)
+    return "_".join(words) or task.name

@@ -23,7 +23,8 @@ from ..ir.expr import (Add, Const, Expr, Load, Max, Min, Reduce, TensorRead, Var
 from ..ir.stmt import Allocate, Buffer, For, IfThenElse, PrimFunc, Seq, Stmt, Store, seq
 from ..ir.tensor import Tensor
 from ..runtime.target import SearchParams
-from .schedule import Schedule, Split, Stage, derive_trip_counts
+from .relations import Split, derive_trip_counts
+from .schedule import Schedule, Stage
 
 _COMBINE = {"sum": Add, "max": Max, "min": Min}
 

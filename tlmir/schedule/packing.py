@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from ..ir.expr import TensorRead, Var, substitute, walk
 from ..ir.tensor import ComputeOp, PlaceholderOp
-from .schedule import Fuse, derive_trip_counts
+from .relations import Fuse, derive_trip_counts
 
 
 def _reads(op: ComputeOp) -> list[TensorRead]:

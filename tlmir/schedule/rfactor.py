@@ -4,6 +4,7 @@ from __future__ import annotations
 from ..errors import ScheduleError
 from ..ir.expr import Reduce, Select, TensorRead, const, substitute
 from ..ir.tensor import ComputeOp, IterVar
+from .relations import Fuse, Split
 
 
 def rfactor_ops(st, iv: IterVar) -> tuple[ComputeOp, ComputeOp]:
@@ -12,7 +13,6 @@ def rfactor_ops(st, iv: IterVar) -> tuple[ComputeOp, ComputeOp]:
     partial[iv, axes...] reduces over the stage's other reduction loops; final[axes...]
     reduces partial over iv. Non-divisible splits of reduction axes become conditions.
     """
-    from .schedule import Fuse, Split
     op = st.op
     if not op.reduce_axis or iv.kind != "reduce":
         raise ScheduleError(f"rfactor on stage {st.name!r}: {iv.name!r} is not a reduction loop")

@@ -8,7 +8,6 @@ serialises and replays (see steps.py). Loop orders are outermost first.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
 from ..errors import ScheduleError
@@ -16,39 +15,9 @@ from ..ir.expr import Reduce, TensorRead, transform
 from ..ir.stmt import SCOPES, THREAD_TAGS
 from ..ir.tensor import ComputeOp, IterVar, Operation, PlaceholderOp, Tensor, topo_ops
 from ..runtime.target import SearchParams
+from .relations import Fuse, Split, ceildiv
+from .rfactor import rfactor_ops
 from .steps import History, Step
-
-
-@dataclass(eq=False)
-class Split:
-    parent: IterVar
-    outer: IterVar
-    inner: IterVar
-    factor: int
-
-
-@dataclass(eq=False)
-class Fuse:
-    outer: IterVar
-    inner: IterVar
-    fused: IterVar
-
-
-def _ceildiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def derive_trip_counts(relations: list, dom: dict[int, int]) -> None:
-    """Add to `dom` (id(IterVar) -> trip count, holding the split and fused loops' roots)
-    the trip count of every loop the `relations` derive: a split of n by f runs
-    ceil(n / f) x min(f, n), a fuse the product of its two loops."""
-    for rel in relations:
-        if isinstance(rel, Split):
-            n = dom[id(rel.parent)]
-            outer = _ceildiv(n, rel.factor)
-            dom[id(rel.outer)], dom[id(rel.inner)] = outer, (rel.factor if outer > 1 else n)
-        else:
-            dom[id(rel.fused)] = dom[id(rel.outer)] * dom[id(rel.inner)]
 
 
 class Stage:
@@ -119,8 +88,8 @@ class Stage:
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise ScheduleError(f"split {self.name}.{iv.name}: factor/nparts must be a positive "
                                 f"int, got {n!r}")
-        f = min(n, iv.extent) if factor is not None else _ceildiv(iv.extent, min(n, iv.extent))
-        outer = self._new_iv(iv.name + ".outer", _ceildiv(iv.extent, f), iv.kind)
+        f = min(n, iv.extent) if factor is not None else ceildiv(iv.extent, min(n, iv.extent))
+        outer = self._new_iv(iv.name + ".outer", ceildiv(iv.extent, f), iv.kind)
         inner = self._new_iv(iv.name + ".inner", f, iv.kind)
         self.relations.append(Split(iv, outer, inner, f))
         k = self.leaf_iter_vars.index(iv)
@@ -382,7 +351,6 @@ class Schedule:
 
     def rfactor(self, tensor: Tensor, iv: IterVar) -> Tensor:
         """Turn reduction loop `iv` into a data-parallel axis of a new stage (TVM's rfactor)."""
-        from .rfactor import rfactor_ops
         st = self[tensor]
         st._leaf(iv, "rfactor")
         rf_op, new_op = rfactor_ops(st, iv)

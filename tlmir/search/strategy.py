@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -207,7 +208,20 @@ class EvolutionarySearch(RandomSearch):
         self.ranker.fit([(c, t) for c, t in self.measured if c.func is not None])
 
 
-STRATEGIES = ("random", "evolutionary", "tlm", "tlm+evolutionary")
+@dataclass(frozen=True)
+class StrategyEntry:
+    """How to make a search: `make(space, task, seed, model, cost_model)`; the cost models
+    it takes, its default first (none: it ranks nothing)."""
+    make: Callable
+    cost_models: tuple[str, ...] = ()
+
+
+STRATEGIES: dict[str, StrategyEntry] = {}
+
+
+def register_strategy(name: str, make: Callable, cost_models: tuple[str, ...] = ()) -> None:
+    """Add a search strategy under `name` (lm/tlm_search.py adds the TLM's)."""
+    STRATEGIES[name] = StrategyEntry(make, tuple(cost_models))
 
 
 def parse_strategy(spec: str) -> tuple[str, str | None]:
@@ -217,7 +231,7 @@ def parse_strategy(spec: str) -> tuple[str, str | None]:
     name, _, cost = spec.partition("@")
     if name not in STRATEGIES:
         raise TlmirError(f"unknown strategy {name!r}; available: {', '.join(STRATEGIES)}")
-    allowed = ("world", "none") if name == "tlm" else ("mlp", "world") if name != "random" else ()
+    allowed = STRATEGIES[name].cost_models
     if cost and cost not in allowed:
         takes = f"cost model {' or '.join(allowed)}" if allowed else "no cost model"
         raise TlmirError(f"strategy {name!r} takes {takes}, not {cost!r}")
@@ -226,14 +240,12 @@ def parse_strategy(spec: str) -> tuple[str, str | None]:
 
 def make_strategy(spec: str, space: SearchSpace, task, seed: int = 0, model: str = "default"):
     """The search object of strategy `spec` (see parse_strategy) for `task` (`model`: the
-    TLM for tlm strategies). Default cost models: `mlp` for evolutionary search, `world`
-    ranking for tlm."""
+    TLM for tlm strategies), with its default cost model unless `spec` names one."""
     name, cost = parse_strategy(spec)
-    if name == "random":
-        return RandomSearch(space, task.args, seed)
-    if name == "evolutionary":
-        return EvolutionarySearch(space, task.args, seed, task=task, cost_model=cost or "mlp")
-    from ..lm.tlm_search import TLMEvolutionarySearch, TLMSearch  # torch only when asked for
-    if name == "tlm":
-        return TLMSearch(space, task.args, seed, task=task, model=model, ranked=(cost or "world") == "world")
-    return TLMEvolutionarySearch(space, task.args, seed, task=task, model=model, cost_model=cost or "mlp")
+    entry = STRATEGIES[name]
+    return entry.make(space, task, seed, model, cost or (entry.cost_models[0] if entry.cost_models else None))
+
+
+register_strategy("random", lambda space, task, seed, model, cost: RandomSearch(space, task.args, seed))
+register_strategy("evolutionary", lambda space, task, seed, model, cost: EvolutionarySearch(
+    space, task.args, seed, task=task, cost_model=cost), ("mlp", "world"))
