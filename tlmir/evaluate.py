@@ -326,11 +326,20 @@ class Evaluation:
             rows.append(row)
             self.log(f"[report] {task.name}: " + ", ".join(
                 f"{k} {task.flops / v / 1e9:.1f}" for k, v in row["seconds"].items()) + " GFLOP/s")
-        labels = [f.label for f in self.fws] + ["pytorch"]
+        rep = self.summarize(rows, threads)
+        from .lm.checkpoint import atomic_write_text
+        atomic_write_text(os.path.join(self.out, "report.json"), json.dumps(rep, indent=1) + "\n")
+        atomic_write_text(os.path.join(self.out, "report.md"), markdown(rep))
+        return rep
+
+    def summarize(self, rows: list[dict], threads: int) -> dict:
+        """Sums over the tasks every framework with a run has, and the speedup matrices."""
+        ran = [f for f in self.fws if any(f.label in r["seconds"] for r in rows)]  # a run not made: left out
+        labels = [f.label for f in ran] + ["pytorch"]
         complete = [r for r in rows if all(lab in r["seconds"] for lab in labels[:-1])]
         totals = {lab: sum(r["seconds"][lab] for r in complete) for lab in labels
                   if all(lab in r["seconds"] for r in complete)}
-        walls = {f.label: sum(r["wall_seconds"][f.label] or 0.0 for r in complete) for f in self.fws}
+        walls = {f.label: sum(r["wall_seconds"][f.label] or 0.0 for r in complete) for f in ran}
         speedup, geomean, common = {}, {}, {}
         for a in labels:  # over the tasks both frameworks have (a partial run still compares)
             for b in labels:
@@ -340,13 +349,9 @@ class Evaluation:
                     geomean.setdefault(a, {})[b] = math.exp(sum(math.log(t[b] / t[a]) for t in both)
                                                             / len(both))
                     common.setdefault(a, {})[b] = len(both)
-        rep = {"threads": threads, "hardware": self.hw.key, "tasks": rows, "complete_tasks": len(complete),
-               "framework_seconds": totals, "wall_seconds": walls, "speedup": speedup,
-               "geomean_speedup": geomean, "common_tasks": common}
-        from .lm.checkpoint import atomic_write_text
-        atomic_write_text(os.path.join(self.out, "report.json"), json.dumps(rep, indent=1) + "\n")
-        atomic_write_text(os.path.join(self.out, "report.md"), markdown(rep))
-        return rep
+        return {"threads": threads, "hardware": self.hw.key, "tasks": rows, "complete_tasks": len(complete),
+                "framework_seconds": totals, "wall_seconds": walls, "speedup": speedup,
+                "geomean_speedup": geomean, "common_tasks": common}
 
 
 def markdown(rep: dict) -> str:
