@@ -37,6 +37,8 @@ def test_tune_with_the_shipped_tlm_prints_json(capsys):
     assert out["measurements"] == 3 and out["gflops"] > 0 and out["trace"]
     assert out["torch_seconds"] > 0
     assert out["onednn_seconds"] > 0  # PyTorch's oneDNN linear, beside its default (MKL) path
+    assert out["torch_seconds"] <= out["torch_median_seconds"] <= out["torch_slowest_seconds"]
+    assert out["default_seconds"] > 0 and isinstance(out["trace"], dict)  # the untuned schedule, timed too
 
 
 def test_tune_rejects_an_unknown_strategy(capsys):

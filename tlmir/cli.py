@@ -38,10 +38,10 @@ def cmd_show(args) -> None:
             print(f"# assembly\n{k.assembly}")
 
 
-SUMMARY_HEADER = (f"{'task':<48} {'tlmir ms':>10} {'GFLOP/s':>9} {'trials':>6} {'numpy ms (spread)':>17} "
-                  f"{'torch ms (spread)':>17} {'onednn ms (spread)':>17}  vs PyTorch (its fastest path)")
-# a baseline column: the fastest of its 6 timings (3 in each of 2 processes), and how much slower
-# the slowest was (the spread on a busy machine)
+SUMMARY_HEADER = (f"{'task':<48} {'tlmir ms':>10} {'GFLOP/s':>9} {'trials':>6} {'numpy ms (med, max)':>25} "
+                  f"{'torch ms (med, max)':>25} {'onednn ms (med, max)':>25}  vs PyTorch (its fastest path)")
+# a baseline column: the fastest of its 6 timings (3 in each of 2 processes), then their median and
+# slowest (the spread on a busy machine)
 
 
 def _summary_row(res, baselines: dict) -> str:
@@ -50,7 +50,7 @@ def _summary_row(res, baselines: dict) -> str:
     row = f"{res.task.name[:48]:<48} {best} {res.gflops:9.2f} {res.measurements:6d}"
     for fw in ("numpy", "torch", "onednn"):  # onednn: PyTorch's oneDNN linear (dense, matmul)
         t = baselines.get(fw)
-        row += f" {t[0] * 1e3:8.4f} ({t[1] / t[0]:4.1f}x)" if t else f" {'-':>17}"
+        row += f" {t[0] * 1e3:8.4f} ({t[1] * 1e3:.4f}, {t[2] * 1e3:.4f})"[:26].rjust(26) if t else f" {'-':>25}"
     fastest = min((baselines[fw][0] for fw in ("torch", "onednn") if baselines.get(fw)), default=None)
     if fastest and res.best_trace:
         row += f"  {how_fast(fastest / res.best_seconds)}"
@@ -90,7 +90,7 @@ def cmd_tune(args) -> None:
         results = [tune(Task.from_op(op_from_args(args)), args.target, trials=args.trials or 64, strategy=args.strategy,
                         db=args.db, seed=args.seed, progress=not args.json, model=args.model)]
     rows = []
-    from .evaluate import task_baselines
+    from .evaluate import default_seconds, task_baselines
     bases = (task_baselines([r.task for r in results], threads, spread=True) if not args.no_baselines
              else [{}] * len(results))
     if not args.json:
@@ -98,10 +98,15 @@ def cmd_tune(args) -> None:
     for r, base in zip(results, bases):
         d = r.to_dict()
         d.update({f"{k}_seconds": v[0] for k, v in base.items()})
-        d.update({f"{k}_slowest_seconds": v[1] for k, v in base.items()})
+        d.update({f"{k}_median_seconds": v[1] for k, v in base.items()})
+        d.update({f"{k}_slowest_seconds": v[2] for k, v in base.items()})
+        d["default_seconds"] = default_seconds(r.task, threads)  # the untuned schedule, a candidate too
         rows.append(d)
         if not args.json:
             print(_summary_row(r, base))
+            if not r.best_trace or d["default_seconds"] < r.best_seconds:
+                print(f"  {r.task.name}: the untuned default schedule runs in {d['default_seconds'] * 1e3:.4f} ms, "
+                      f"faster than the search's best: keep it (`tlmir.create_schedule`, no steps)")
     if args.workload and not args.json:
         print(f"weighted latency of {args.workload}: {res.weighted_seconds * 1e3:.3f} ms "
               f"after {res.measurements} measurements")

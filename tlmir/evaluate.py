@@ -116,7 +116,7 @@ def frameworks(budgets: list[int], baselines: str | list[str], tlm: str | list[s
 def task_baselines(tasks, threads: int, spread: bool = False) -> list[dict]:
     """{framework: seconds} of each task at `threads` ({} for a task without an op), all
     timed in child processes of their own (ops.baselines.baselines_isolated); with
-    `spread`, {framework: (fastest, slowest)} of the repeated timings."""
+    `spread`, {framework: (fastest, median, slowest)} of the repeated timings."""
     from .ops.baselines import baselines_isolated
     has_op = [getattr(t, "op", None) is not None for t in tasks]
     times = iter(baselines_isolated([t.op for t, ok in zip(tasks, has_op) if ok], [threads], spread=spread))

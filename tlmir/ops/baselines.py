@@ -359,7 +359,7 @@ def baselines_isolated(ops: Sequence[OpDef], threads: Sequence[int], repeat: int
     """baseline_times of each op on `op.random_inputs(0)` (the arrays `Task.random_inputs(0)`
     gives its task) at each thread count, timed in fresh Python processes with torch's
     default OpenMP settings: [{threads: {framework: seconds}}], in `ops` order; with
-    `spread`, {framework: (fastest, slowest)} of the tries x processes medians instead.
+    `spread`, {framework: (fastest, median, slowest)} of the tries x processes medians instead.
 
     Each time is the fastest of `tries` medians in each of `processes` processes: on this
     shared machine torch's 2-thread time of a 15-us op was now and then 7.5 ms for a whole
@@ -387,7 +387,7 @@ def baselines_isolated(ops: Sequence[OpDef], threads: Sequence[int], repeat: int
                              f"{done.stderr.decode(errors='replace')[-800:]}")
         runs.append(pickle.loads(done.stdout))
     def summary(medians: list[float]):
-        return (min(medians), max(medians)) if spread else min(medians)
+        return (min(medians), statistics.median(medians), max(medians)) if spread else min(medians)
     return [{t: {fw: summary([m for r in runs for m in r[c][t][fw]]) for fw in runs[0][c][t]}
              for t in runs[0][c]} for c in range(len(jobs))]
 
