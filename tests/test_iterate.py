@@ -288,3 +288,14 @@ def test_iterate_gains_new_tasks_from_the_first_round_not_measured_in_full(tmp_p
     assert [0, new.key] in grown.progress["done"] and [2, new.key] not in grown.progress["done"]
     assert grown._last_complete_round() == 0  # round 0 stays complete; round 2 measures it
     grown.db.close()
+
+
+def test_eval_report_leaves_out_a_run_that_was_never_made(tmp_path):
+    from tlmir.evaluate import Evaluation, frameworks
+    tasks = [Task.from_op(ops.softmax(8, 64)), Task.from_op(ops.add_relu((16, 16)))]
+    ev = Evaluation(str(tmp_path), tasks, frameworks([1, 2], "random:4", ["tlm"]), log=None)
+    rows = [{"task": t.name, "seconds": {"tlm-1": 2e-6, "random-4": 1e-6, "pytorch": 1e-6},
+             "wall_seconds": {"tlm-1": 1.0, "random-4": 2.0}} for t in tasks]  # no tlm-2 run at all
+    rep = ev.summarize(rows, 2)
+    assert rep["complete_tasks"] == 2 and "tlm-2" not in rep["framework_seconds"]
+    assert rep["speedup"]["random-4"]["tlm-1"] == pytest.approx(2.0)
