@@ -50,7 +50,7 @@ def _summary_row(res, baselines: dict) -> str:
     row = f"{res.task.name[:48]:<48} {best} {res.gflops:9.2f} {res.measurements:6d}"
     for fw in ("numpy", "torch", "onednn"):  # onednn: PyTorch's oneDNN linear (dense, matmul)
         t = baselines.get(fw)
-        row += f" {t[0] * 1e3:8.4f} ({t[1] * 1e3:.4f}, {t[2] * 1e3:.4f})"[:26].rjust(26) if t else f" {'-':>25}"
+        row += " " + (f"{t[0] * 1e3:.4f} ({t[1] * 1e3:.4f}, {t[2] * 1e3:.4f})" if t else "-").rjust(25)
     fastest = min((baselines[fw][0] for fw in ("torch", "onednn") if baselines.get(fw)), default=None)
     if fastest and res.best_trace:
         row += f"  {how_fast(fastest / res.best_seconds)}"
@@ -78,17 +78,17 @@ def cmd_tune(args) -> None:
     from .runtime.target import parse_target
     from .search.strategy import parse_strategy
     parse_strategy(args.strategy)  # a bad name or target fails before any task is built
-    parse_target(args.target)
+    hw = parse_target(args.target)
     if args.workload:
         from .workloads import network_tasks
         res = tune_workload(network_tasks(args.workload), args.trials_per_task or 64, args.strategy, args.db,
-                            args.seed, progress=not args.json, model=args.model, hw=parse_target(args.target))
+                            args.seed, progress=not args.json, model=args.model, hw=hw)
         results = res.results
     else:
         if not args.op:
             raise TlmirError("tune needs --op (with --shape/--param) or --workload")
-        results = [tune(Task.from_op(op_from_args(args)), args.target, trials=args.trials or 64, strategy=args.strategy,
-                        db=args.db, seed=args.seed, progress=not args.json, model=args.model)]
+        results = [tune(Task.from_op(op_from_args(args)), trials=args.trials or 64, strategy=args.strategy,
+                        db=args.db, seed=args.seed, progress=not args.json, hw=hw, model=args.model)]
     rows = []
     from .evaluate import default_seconds, task_baselines
     bases = (task_baselines([r.task for r in results], threads, spread=True) if not args.no_baselines

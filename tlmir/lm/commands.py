@@ -139,7 +139,7 @@ def cmd_generate(args) -> None:
     counts["programs_per_second"] = len(res) / seconds
     if args.json:
         print(json.dumps({**counts, "programs": [{"sentence": g.sentence, "error": g.error,
-                                                  "trace": json.loads(g.trace.to_json()) if g.trace else None}
+                                                  "trace": g.trace.to_dict() if g.trace else None}
                                                  for g in res]}))
         return
     for g in res[: args.show]:

@@ -73,10 +73,15 @@ class IterateConfig:
     seed: int = 0
 
 
+def by_type(tasks: list) -> list:
+    """`tasks` sorted by type, then FLOPs, then key."""
+    return sorted(tasks, key=lambda t: (task_type(t), t.flops, t.key))
+
+
 def spread(tasks: list, n: int) -> list:
     """n of `tasks`, taken at even steps through them sorted by type, FLOPs and key: every
     type keeps its share, small and large."""
-    order = sorted(tasks, key=lambda t: (task_type(t), t.flops, t.key))
+    order = by_type(tasks)
     if n >= len(order):
         return order
     return [order[i * len(order) // n] for i in range(n)]
@@ -85,7 +90,7 @@ def spread(tasks: list, n: int) -> list:
 def task_batches(tasks: list, k: int) -> list[list]:
     """Tasks sorted by type (then FLOPs, key), dealt round-robin into k batches, so every
     batch holds every type."""
-    order = sorted(tasks, key=lambda t: (task_type(t), t.flops, t.key))
+    order = by_type(tasks)
     return [order[i::k] for i in range(k)]
 
 
@@ -205,8 +210,9 @@ class Iteration:
         done = {tuple(d) for d in self.progress["done"]}
         first = next((r for r in range(self.cfg.rounds)
                       if not all((r, key) in done for key in saved[r % len(saved)])), self.cfg.rounds)
-        for i, t in enumerate(sorted(new, key=lambda t: (task_type(t), t.flops, t.key))):
-            saved[i % len(saved)].append(t.key)
+        for batch, dealt in zip(saved, task_batches(new, len(saved))):
+            batch += [t.key for t in dealt]
+        for t in new:
             self.progress["done"] += [[r, t.key] for r in range(first)]
             self.progress.setdefault("joined", {})[t.key] = first
         self.log(f"[iterate] {len(new)} new tasks join the run from round {first}")

@@ -44,9 +44,12 @@ class Trace:
     def answers(self) -> dict:
         return dict(self.decisions)
 
+    def to_dict(self) -> dict:
+        """The trace as plain JSON data (tuples as lists)."""
+        return {"sketch": self.sketch, "decisions": [[q, _jsonable(a)] for q, a in self.decisions]}
+
     def to_json(self) -> str:
-        return json.dumps({"sketch": self.sketch,
-                           "decisions": [[q, _jsonable(a)] for q, a in self.decisions]})
+        return json.dumps(self.to_dict())
 
     @classmethod
     def from_json(cls, text: str) -> "Trace":

@@ -6,8 +6,6 @@ it stopped (measured traces are not measured again and count towards the budget)
 """
 from __future__ import annotations
 
-import json
-
 import math
 import sys
 import time
@@ -54,7 +52,7 @@ class TuneResult:
                 "best_seconds": self.best_seconds if self.best_trace else None,
                 "gflops": self.gflops, "measurements": self.measurements, "failures": self.failures,
                 "wall_seconds": self.wall_seconds, "confirmed": self.confirmed,
-                "trace": json.loads(self.best_trace.to_json()) if self.best_trace else None}
+                "trace": self.best_trace.to_dict() if self.best_trace else None}
 
 
 def _ident(name: str) -> str:

@@ -144,8 +144,8 @@ VARIANTS: tuple[tuple[str, Callable, dict, tuple[dict, ...]], ...] = (
 
 def variant_name(family: str, builder: Callable, params: dict) -> str:
     """`family` plus ``-w<width>``, ``-ngf<ngf>``, ``-l<levels>``, ``-seq<seq>``, ``-b<batch>``,
-    ``-<image>`` for each of
-    those parameters in `params` that differs from `builder`'s default."""
+    ``-<image>`` for each of those parameters in `params` that differs from `builder`'s
+    default."""
     default = {k: p.default for k, p in inspect.signature(builder).parameters.items()}
     suffix = {"width": "-w{:g}", "ngf": "-ngf{}", "levels": "-l{}", "seq": "-seq{}", "n": "-b{}",
               "batch": "-b{}", "image": "-{}"}
