@@ -11,6 +11,7 @@ from tlmir.ops.baselines import (baseline_times, baseline_times_isolated, baseli
 from test_ops_schedules import CASES
 
 CONV_POOL = {"conv2d_nchw", "conv2d_nhwc", "depthwise_conv2d_nchw", "conv2d_bias_relu",
+             "conv2d_bias",
              "conv2d_transpose_nchw", "max_pool2d", "avg_pool2d"}
 
 # extra parameter sets exercising options the CASES leave at their defaults
@@ -24,6 +25,9 @@ EXTRA = [
                          groups=2)),
     ("depthwise_conv2d_nchw", dict(N=2, C=3, H=9, W=9, R=3, S=3, stride=2, padding=1,
                                    multiplier=2)),
+    ("depthwise_conv2d_nchw", dict(N=1, C=4, H=7, W=7, R=3, S=3, padding=1, bias=True,
+                                   act="relu6")),
+    ("conv2d_bias", dict(N=1, C=4, H=7, W=7, K=6, R=3, S=3, padding=1, groups=2)),
     ("conv2d_transpose_nchw", dict(N=2, C=3, H=4, W=6, K=5, R=3, S=3, stride=(2, 3),
                                    padding=(1, 0), output_padding=(1, 2), act="tanh")),
     ("conv2d_transpose_nchw", dict(N=1, C=3, H=4, W=4, K=2, R=2, S=2)),

@@ -14,6 +14,7 @@ CASES = {
     "conv2d_nhwc": dict(N=1, C=4, H=9, W=9, K=8, R=3, S=3, stride=2, padding=1),
     "depthwise_conv2d_nchw": dict(N=1, C=8, H=10, W=10, R=3, S=3, stride=1, padding=1),
     "conv2d_bias_relu": dict(N=1, C=4, H=8, W=8, K=8, R=3, S=3, stride=1, padding=1),
+    "conv2d_bias": dict(N=1, C=4, H=8, W=8, K=8, R=1, S=1, stride=2, act="relu6"),
     "max_pool2d": dict(N=1, C=4, H=12, W=12, kernel=3, stride=2, padding=1),
     "avg_pool2d": dict(N=1, C=4, H=12, W=12, kernel=2, stride=2),
     "softmax": dict(M=8, N=40),

@@ -41,6 +41,11 @@ class ModelError(TlmirError):
     """A model checkpoint or training input is invalid."""
 
 
+class FrontendError(TlmirError):
+    """A PyTorch model cannot be imported or run (unknown model, unsupported input,
+    dynamic shapes, a failed export)."""
+
+
 class LanguageError(TlmirError):
     """A tensor sentence is malformed, of another version, or has unknown words."""
 

@@ -6,7 +6,7 @@ from typing import Callable
 
 from ..errors import DefinitionError
 from .base import OpDef, count_flops, stage_flops, topo_ops
-from .conv import (conv2d_bias_relu, conv2d_nchw, conv2d_nhwc, conv2d_transpose_nchw,
+from .conv import (conv2d_bias, conv2d_bias_relu, conv2d_nchw, conv2d_nhwc, conv2d_transpose_nchw,
                    depthwise_conv2d_nchw)
 from .elemwise import add, add_relu, bias_add_gelu, scale_shift_tanh, silu_mul
 from .linalg import batch_matmul, dense, matmul
@@ -15,7 +15,8 @@ from .pool import avg_pool2d, max_pool2d
 
 OPS: dict[str, Callable[..., OpDef]] = {f.__name__: f for f in (
     matmul, batch_matmul, dense,
-    conv2d_nchw, conv2d_nhwc, depthwise_conv2d_nchw, conv2d_bias_relu, conv2d_transpose_nchw,
+    conv2d_nchw, conv2d_nhwc, depthwise_conv2d_nchw, conv2d_bias_relu, conv2d_bias,
+    conv2d_transpose_nchw,
     max_pool2d, avg_pool2d,
     softmax, layernorm, rmsnorm,
     add_relu, bias_add_gelu, scale_shift_tanh, add, silu_mul,

@@ -196,10 +196,20 @@ def _torch_fn(op: OpDef) -> Callable | None:
             y = F.conv2d(x.permute(0, 3, 1, 2), w.permute(3, 2, 0, 1), None, st, pd, dl, groups)
             return y.permute(0, 2, 3, 1)
         return conv2d_nhwc
+    if name == "conv2d_bias":
+        st, pd, dl = _pair(p["stride"]), _pair(p["padding"]), _pair(p["dilation"])
+        groups, act = p["groups"], p.get("act")
+        if act == "relu6":
+            return lambda x, w, b: F.relu6(F.conv2d(x, w, b, st, pd, dl, groups), inplace=True)
+        return lambda x, w, b: F.conv2d(x, w, b, st, pd, dl, groups)
     if name == "depthwise_conv2d_nchw":
         st, pd, dl = _pair(p["stride"]), _pair(p["padding"]), _pair(p["dilation"])
         C, m, R, S = p["C"], p["multiplier"], p["R"], p["S"]
-        return lambda x, w: F.conv2d(x, w.reshape(C * m, 1, R, S), None, st, pd, dl, C)
+        act = {None: lambda r: r, "relu": torch.relu_,
+               "relu6": lambda r: F.relu6(r, inplace=True)}[p.get("act")]
+        if p.get("bias"):
+            return lambda x, w, b: act(F.conv2d(x, w.reshape(C * m, 1, R, S), b, st, pd, dl, C))
+        return lambda x, w: act(F.conv2d(x, w.reshape(C * m, 1, R, S), None, st, pd, dl, C))
     if name == "conv2d_transpose_nchw":
         st, pd = _pair(p["stride"]), _pair(p["padding"])
         opd = _pair(p["output_padding"])

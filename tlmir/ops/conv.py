@@ -127,6 +127,50 @@ def conv2d_bias_relu(N: int, C: int, H: int, W: int, K: int, R: int, S: int, str
     return OpDef("conv2d_bias_relu", [X, Wt, b], [out], ref, count_flops([out]), params)
 
 
+CONV_EPILOGUES = (None, "relu", "relu6")
+
+
+def _act(x, act: str | None):
+    """The activation `act` of CONV_EPILOGUES applied to the expression x."""
+    if act == "relu":
+        return te.max(x, 0.0)
+    if act == "relu6":
+        return te.min(te.max(x, 0.0), 6.0)
+    return x
+
+
+def _np_act(r: np.ndarray, act: str | None) -> np.ndarray:
+    if act == "relu":
+        return np.maximum(r, 0.0)
+    if act == "relu6":
+        return np.clip(r, 0.0, 6.0)
+    return r
+
+
+def conv2d_bias(N: int, C: int, H: int, W: int, K: int, R: int, S: int, stride=1, padding=0,
+                dilation=1, groups: int = 1, act: str | None = None) -> OpDef:
+    """conv2d_nchw(X, W) + b[k], then `act` (None or "relu6"; ReLU is conv2d_bias_relu):
+    a conv with its BatchNorm folded and no ReLU after it (ResNet's last 1x1 of a block,
+    MobileNetV2's projection), or MobileNet's conv + BN + ReLU6. Stages `pad`, `conv`,
+    `bias`, then `relu6`."""
+    if act not in (None, "relu6"):
+        raise DefinitionError(f"conv2d_bias: act must be None or 'relu6' (ReLU is "
+                              f"conv2d_bias_relu), got {act!r}")
+    X, Wt, conv, (st, pd, dl, g), params = _conv_nchw_stages(
+        "conv2d_bias", N, C, H, W, K, R, S, stride, padding, dilation, groups, "conv")
+    params["act"] = act
+    b = te.placeholder((params["K"],), name="b")
+    out = te.compute(conv.shape, lambda n, k, p, q: conv[n, k, p, q] + b[k], name="bias")
+    if act:
+        y = out
+        out = te.compute(conv.shape, lambda n, k, p, q: _act(y[n, k, p, q], act), name=act)
+
+    def ref(x, w, bb):
+        r = conv_ref_nchw(x, w, st, pd, dl, g) + bb.astype(np.float64)[None, :, None, None]
+        return [_np_act(r, act)]
+    return OpDef("conv2d_bias", [X, Wt, b], [out], ref, count_flops([out]), params)
+
+
 def conv2d_nhwc(N: int, C: int, H: int, W: int, K: int, R: int, S: int, stride=1, padding=0,
                 dilation=1, groups: int = 1) -> OpDef:
     """NHWC conv: X: N x H x W x C, weight HWIO: R x S x C/groups x K, out: N x P x Q x K.
@@ -154,13 +198,18 @@ def conv2d_nhwc(N: int, C: int, H: int, W: int, K: int, R: int, S: int, stride=1
 
 
 def depthwise_conv2d_nchw(N: int, C: int, H: int, W: int, R: int, S: int, stride=1,
-                          padding=0, dilation=1, multiplier: int = 1) -> OpDef:
-    """out[n, c, p, q] = sum_{r,s} pad(X)[n, c // m, ...] * W[c // m, c % m, r, s].
+                          padding=0, dilation=1, multiplier: int = 1, bias: bool = False,
+                          act: str | None = None) -> OpDef:
+    """out[n, c, p, q] = sum_{r,s} pad(X)[n, c // m, ...] * W[c // m, c % m, r, s], then
+    + b[c] (if bias: a folded BatchNorm) and `act` (None, "relu", "relu6").
 
     X: N x C x H x W, W: C x multiplier x R x S (topi layout), out: N x C*m x P x Q.
-    torch equivalent: conv2d(X, W.reshape(C*m, 1, R, S), groups=C). Stages `pad`, `conv`."""
+    torch equivalent: conv2d(X, W.reshape(C*m, 1, R, S), groups=C). Stages `pad`, `conv`,
+    then `bias`, then `relu` / `relu6`."""
     op = "depthwise_conv2d_nchw"
     m = pos_int(op, "multiplier", multiplier)
+    if act not in CONV_EPILOGUES:
+        raise DefinitionError(f"{op}: act must be one of {CONV_EPILOGUES}, got {act!r}")
     (N, C, H, W, _, R, S, st, pd, dl, _, P, Q), params = _conv_params(
         op, N, C, H, W, C * m, R, S, stride, padding, dilation, 1)
     params = {k: v for k, v in params.items() if k not in ("K", "groups")}
@@ -175,10 +224,24 @@ def depthwise_conv2d_nchw(N: int, C: int, H: int, W: int, R: int, S: int, stride
         return te.sum(Xp[n, ci, win(p, st[0], rr, dl[0]), win(q, st[1], rs, dl[1])]
                       * Wt[ci, j, rr, rs], axis=[rr, rs])
     out = te.compute((N, C * m, P, Q), body, name="conv")
+    inputs = [X, Wt]
+    if bias:
+        params["bias"] = True
+        b = te.placeholder((C * m,), name="b")
+        inputs.append(b)
+        conv = out
+        out = te.compute(conv.shape, lambda n, c, p, q: conv[n, c, p, q] + b[c], name="bias")
+    if act:
+        params["act"] = act
+        y = out
+        out = te.compute(y.shape, lambda n, c, p, q: _act(y[n, c, p, q], act), name=act)
 
-    def ref(x, w):
-        return [conv_ref_nchw(x, w.reshape(C * m, 1, R, S), st, pd, dl, C)]
-    return OpDef(op, [X, Wt], [out], ref, count_flops([out]), params)
+    def ref(x, w, *rest):
+        r = conv_ref_nchw(x, w.reshape(C * m, 1, R, S), st, pd, dl, C)
+        if bias:
+            r = r + rest[0].astype(np.float64)[None, :, None, None]
+        return [_np_act(r, act)]
+    return OpDef(op, inputs, [out], ref, count_flops([out]), params)
 
 
 TRANSPOSE_ACTIVATIONS = (None, "relu", "tanh")

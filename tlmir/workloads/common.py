@@ -32,6 +32,47 @@ def _shape(shape) -> str:
     return "x".join(str(s) for s in shape)
 
 
+def _epilogue(p: dict) -> str:
+    return ("_bias" if p.get("bias") else "") + (f"_{p['act']}" if p.get("act") else "")
+
+
+def _window(p: dict) -> str:
+    """'_3x3_s2_p1' (+ '_d2' for a dilation, '_g32' for groups) of a conv / pool."""
+    return (f"_s{_hw(p['stride'])}_p{_hw(p['padding'])}"
+            + (f"_d{_hw(p['dilation'])}" if _pair(p.get("dilation", 1)) != (1, 1) else "")
+            + (f"_g{p['groups']}" if p.get("groups", 1) > 1 else ""))
+
+
+def task_name(op: OpDef) -> str:
+    """The name a network's task of `op` goes by: the op (with its fused epilogue), then
+    its shapes, e.g. conv2d_bias_relu_1x64x56x56_k64_3x3_s1_p1 or dense_bias_gelu_m128_n3072_k768."""
+    p, name = op.params, op.name
+    if "N" in p and "C" in p and "H" in p:
+        image = f"{p['N']}x{p['C']}x{p['H']}x{p['W']}"
+        if name in ("max_pool2d", "avg_pool2d"):
+            return f"{name}_{image}_{_hw(p['kernel'])}{_window(p)}"
+        kernel = f"{p['R']}x{p['S']}"
+        if name == "depthwise_conv2d_nchw":
+            return f"depthwise_conv2d{_epilogue(p)}_{image}_{kernel}{_window(p)}"
+        if name == "conv2d_transpose_nchw":
+            return f"conv2d_transpose{_epilogue(p)}_{image}_k{p['K']}_{kernel}{_window(p)}"
+        stem = name + (f"_{p['act']}" if name == "conv2d_bias" and p.get("act") else "")
+        return f"{stem}_{image}_k{p['K']}_{kernel}{_window(p)}"
+    if name == "dense":
+        return f"dense{_epilogue(p)}_m{p['M']}_n{p['N']}_k{p['K']}"
+    if name == "matmul":
+        return f"matmul_m{p['M']}_n{p['N']}_k{p['K']}"
+    if name == "batch_matmul":
+        return f"batch_matmul_b{p['B']}_m{p['M']}_n{p['N']}_k{p['K']}"
+    if name in ("layernorm", "rmsnorm"):
+        return f"{name}_{p['M']}x{p['N']}_eps{p['eps']:g}"
+    if "shape" in p:
+        return f"{name}_{_shape(p['shape'])}"
+    if "M" in p and "N" in p:
+        return f"{name}_{p['M']}x{p['N']}"
+    return name
+
+
 class Net:
     """The task list of one network under construction (batch size `n` for the CNN helpers)."""
 
@@ -39,13 +80,19 @@ class Net:
         self.n = n
         self._tasks: dict[str, list] = {}   # key -> [Task, weight]; insertion-ordered
 
-    def op(self, op: OpDef, name: str, times: float = 1) -> None:
-        """Add the OpDef `op` as a task named `name`, occurring `times` times."""
-        task = Task.from_op(op, name=name)
+    def op(self, op: OpDef, name: str | None = None, times: float = 1) -> Task:
+        """Add the OpDef `op` as a task named `name` (default: task_name(op)), occurring
+        `times` times; returns the task, the one already listed if identical."""
+        task = Task.from_op(op, name=name or task_name(op))
+        return self.task(task, times)
+
+    def task(self, task: Task, times: float = 1) -> Task:
+        """Add `task` (any te definition), occurring `times` times; returns the listed one."""
         if task.key in self._tasks:
             self._tasks[task.key][1] += times
         else:
             self._tasks[task.key] = [task, times]
+        return self._tasks[task.key][0]
 
     def tasks(self) -> list[tuple[Task, float]]:
         out = []
@@ -62,17 +109,14 @@ class Net:
         r, s = _pair(kernel)
         fn = ops.conv2d_bias_relu if relu else ops.conv2d_nchw
         op = fn(self.n, c, h, w, k, r, s, stride=stride, padding=padding, groups=groups)
-        name = (f"{op.name}_{self.n}x{c}x{h}x{w}_k{k}_{r}x{s}_s{_hw(stride)}_p{_hw(padding)}"
-                + (f"_g{groups}" if groups > 1 else ""))
-        self.op(op, name, times)
+        self.op(op, times=times)
         return (k,) + tuple(op.outputs[0].shape[2:])
 
     def depthwise(self, c: int, h: int, w: int, kernel=3, stride=1, padding=1,
                   times: float = 1) -> tuple[int, int, int]:
         r, s = _pair(kernel)
         op = ops.depthwise_conv2d_nchw(self.n, c, h, w, r, s, stride=stride, padding=padding)
-        self.op(op, f"depthwise_conv2d_{self.n}x{c}x{h}x{w}_{r}x{s}_s{_hw(stride)}"
-                     f"_p{_hw(padding)}", times)
+        self.op(op, times=times)
         return (c,) + tuple(op.outputs[0].shape[2:])
 
     def conv_transpose(self, c: int, h: int, w: int, k: int, kernel, stride=1, padding=0,
@@ -81,9 +125,7 @@ class Net:
         r, s = _pair(kernel)
         op = ops.conv2d_transpose_nchw(self.n, c, h, w, k, r, s, stride=stride, padding=padding,
                                        bias=bias, act=act)
-        epi = ("_bias" if bias else "") + (f"_{act}" if act else "")
-        self.op(op, f"conv2d_transpose{epi}_{self.n}x{c}x{h}x{w}_k{k}_{r}x{s}_s{_hw(stride)}"
-                     f"_p{_hw(padding)}", times)
+        self.op(op, times=times)
         return (k,) + tuple(op.outputs[0].shape[2:])
 
     def pool(self, kind: str, c: int, h: int, w: int, kernel, stride=None, padding=0,
@@ -92,8 +134,7 @@ class Net:
         fn = ops.max_pool2d if kind == "max" else ops.avg_pool2d
         stride = kernel if stride is None else stride
         op = fn(self.n, c, h, w, kernel=kernel, stride=stride, padding=padding)
-        self.op(op, f"{op.name}_{self.n}x{c}x{h}x{w}_{_hw(kernel)}_s{_hw(stride)}"
-                     f"_p{_hw(padding)}", times)
+        self.op(op, times=times)
         return (c,) + tuple(op.outputs[0].shape[2:])
 
     def global_pool(self, c: int, h: int, w: int) -> tuple[int, int, int]:
@@ -103,28 +144,26 @@ class Net:
 
     def dense(self, m: int, n: int, k: int, bias: bool = True, act: str | None = None,
               times: float = 1) -> None:
-        op = ops.dense(m, n, k, bias=bias, act=act)
-        epi = ("_bias" if bias else "") + (f"_{act}" if act else "")
-        self.op(op, f"dense{epi}_m{m}_n{n}_k{k}", times)
+        self.op(ops.dense(m, n, k, bias=bias, act=act), times=times)
 
     def batch_matmul(self, b: int, m: int, n: int, k: int, times: float = 1) -> None:
-        self.op(ops.batch_matmul(b, m, n, k), f"batch_matmul_b{b}_m{m}_n{n}_k{k}", times)
+        self.op(ops.batch_matmul(b, m, n, k), times=times)
 
     def softmax(self, m: int, n: int, times: float = 1) -> None:
-        self.op(ops.softmax(m, n), f"softmax_{m}x{n}", times)
+        self.op(ops.softmax(m, n), times=times)
 
     def layernorm(self, m: int, n: int, eps: float, times: float = 1) -> None:
-        self.op(ops.layernorm(m, n, eps=eps), f"layernorm_{m}x{n}_eps{eps:g}", times)
+        self.op(ops.layernorm(m, n, eps=eps), times=times)
 
     def rmsnorm(self, m: int, n: int, eps: float, times: float = 1) -> None:
-        self.op(ops.rmsnorm(m, n, eps=eps), f"rmsnorm_{m}x{n}_eps{eps:g}", times)
+        self.op(ops.rmsnorm(m, n, eps=eps), times=times)
 
     # ------------------------------------------------------------ element-wise
 
     def residual(self, shape, relu: bool = False, times: float = 1) -> None:
         """Residual add (`add_relu` when a ReLU follows it, as in ResNet)."""
         op = ops.add_relu(tuple(shape)) if relu else ops.add(tuple(shape))
-        self.op(op, f"{op.name}_{_shape(shape)}", times)
+        self.op(op, times=times)
 
     def silu_mul(self, m: int, n: int, times: float = 1) -> None:
-        self.op(ops.silu_mul(m, n), f"silu_mul_{m}x{n}", times)
+        self.op(ops.silu_mul(m, n), times=times)
