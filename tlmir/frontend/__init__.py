@@ -1,0 +1,105 @@
+"""PyTorch front end: import a torch.nn.Module as tlmir tasks, tune them, run the model.
+
+    cm = tlmir.compile(model, (x,), strategy="tlm", trials_per_task=10, db="runs/r50.db")
+    y = cm(x)
+    print(cm.report(eager=model))
+
+`import_model` gives the tasks without tuning or building; `torch.compile(model,
+backend="tlmir")` goes through the same steps (tlmir.frontend.backend).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from ..errors import FrontendError
+from ..runtime.target import parse_target
+from .capture import Graph, capture, capture_fx
+from .compiled import Compiled, CompiledModel
+from .partition import Partition, Subgraph, TorchStep, partition
+
+
+class ImportedModel:
+    """A captured model cut into subgraphs: `tasks()` are what tuning works on."""
+
+    def __init__(self, graph: Graph, part: Partition, name: str):
+        self.graph, self.part, self.name = graph, part, name
+
+    def tasks(self) -> list:
+        """[(Task, occurrences)], identical subgraphs merged."""
+        return self.part.net.tasks()
+
+    def fallbacks(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for s in self.part.fallbacks:
+            out[s.label] = out.get(s.label, 0) + 1
+        return out
+
+    def describe(self) -> str:
+        tasks = self.tasks()
+        flops = sum(t.flops * w for t, w in tasks)
+        lines = [f"{self.name}: {len(self.part.subgraphs)} subgraphs, {len(tasks)} tasks, "
+                 f"{flops / 1e9:.3f} GFLOP"]
+        width = max([len(t.name) for t, _ in tasks] + [4])
+        lines.append(f"{'task':<{width}} {'count':>5} {'MFLOP':>9}")
+        for t, w in tasks:
+            lines.append(f"{t.name:<{width}} {w:>5g} {t.flops / 1e6:>9.2f}")
+        layout = sum(1 for s in self.part.steps if isinstance(s, TorchStep) and s.kind == "layout")
+        fb = self.fallbacks()
+        lines.append(f"layout steps in PyTorch: {layout}; fallbacks: "
+                     + (", ".join(f"{k.split(':', 1)[1]} x{v}" for k, v in fb.items()) or "none"))
+        return "\n".join(lines)
+
+
+def import_model(model: torch.nn.Module, example_inputs: Sequence, name: str | None = None) -> ImportedModel:
+    """Export `model` on `example_inputs` and cut it into tlmir subgraphs."""
+    graph = capture(model, example_inputs)
+    return ImportedModel(graph, partition(graph), name or type(model).__name__)
+
+
+def build_tasks(tasks: list, strategy: str | None = "tlm", trials_per_task: int = 10,
+                db: str | None = None, target: str = "cpu", tlm_model: str = "default",
+                progress: bool = True) -> Compiled:
+    """Tune `tasks` ([(Task, weight)]) with `strategy` (None: no tuning) and build each one's
+    best program, or its untuned default schedule where nothing was measured."""
+    from ..codegen_cpu import compile_func
+    from ..schedule import create_schedule, lower
+    from ..search.tune import tune_workload
+    hw = parse_target(target)
+    results = {}
+    if strategy and trials_per_task > 0 and tasks:
+        wr = tune_workload(tasks, trials_per_task, strategy=strategy, db=db, hw=hw,
+                           progress=progress, model=tlm_model)
+        results = {r.task.key: r for r in wr.results}
+    kernels, sources = {}, {}
+    for task, _ in tasks:
+        r = results.get(task.key)
+        name = "".join(ch if ch.isalnum() else "_" for ch in task.name)
+        if r is not None and r.best_trace is not None:
+            sch = r.best_schedule()
+            sources[task.key] = f"{strategy}, {r.measurements} measured"
+        else:
+            sch = create_schedule(task.outputs)
+            sources[task.key] = "untuned default"
+        kernels[task.key] = compile_func(lower(sch, task.args, name), hw)
+    return Compiled(kernels, sources)
+
+
+def compile(model: torch.nn.Module, example_inputs: Sequence, strategy: str | None = "tlm",  # noqa: A001
+            trials_per_task: int = 10, db: str | None = None, target: str = "cpu",
+            tlm_model: str = "default", progress: bool = True) -> CompiledModel:
+    """Import `model`, tune its tasks (`strategy`: any tune strategy, None for untuned
+    default schedules; `db`: a records database reused across runs) and build it."""
+    if isinstance(model, ImportedModel):
+        imported = model
+    else:
+        if not isinstance(model, torch.nn.Module):
+            raise FrontendError(f"compile: expected a torch.nn.Module, got {type(model).__name__}")
+        imported = import_model(model.eval(), example_inputs)
+    built = build_tasks(imported.tasks(), strategy, trials_per_task, db, target, tlm_model, progress)
+    return CompiledModel(imported.graph, imported.part, built, imported.name)
+
+
+__all__ = ["ImportedModel", "CompiledModel", "import_model", "compile", "build_tasks",
+           "capture", "capture_fx", "partition", "Subgraph", "TorchStep"]

@@ -1,0 +1,193 @@
+"""A PyTorch model compiled by tlmir: its subgraphs run as tlmir kernels on the tensors'
+memory, the rest in PyTorch; `report()` times each subgraph against PyTorch."""
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import torch
+import torch.fx as fx
+from torch.utils import _pytree as pytree
+
+from ..errors import FrontendError
+from .capture import Graph, op_name
+from .partition import Partition, Subgraph, TorchStep
+
+
+@dataclass
+class Compiled:
+    """How each task is run: `kernels[task.key]`, and where its schedule came from."""
+    kernels: dict
+    sources: dict = field(default_factory=dict)   # task key -> "tuned (n measured)" | "default"
+
+
+class CompiledModel:
+    """Call it like the model (positional tensors of the example shapes); float32 CPU
+    tensors are used in place, others are converted once per call (counted)."""
+
+    def __init__(self, graph: Graph, part: Partition, compiled: Compiled, name: str = "model"):
+        self.graph, self.part, self.compiled, self.name = graph, part, compiled, name
+        self.in_shapes = [graph.shape(n) for n in graph.inputs]
+        self.conversions = 0          # inputs converted to contiguous float32
+        self.copies = 0               # non-contiguous values copied before a kernel
+        self._lock = threading.Lock()
+        self._consts = {n: t for n, t in graph.constants.items() if isinstance(t, torch.Tensor)}
+        self._plan = [self._prepare(s) for s in part.steps]
+
+    # ---------------------------------------------------------------- running
+
+    def _prepare(self, step):
+        if isinstance(step, TorchStep):
+            return step
+        kernel = self.compiled.kernels[step.task.key]
+        out_shape = tuple(step.task.outputs[0].shape)
+        consts = [o.const.numpy() if o.const is not None else None for o in step.operands]
+        return step, kernel, out_shape, consts
+
+    def _operand(self, env: dict, op, const: np.ndarray | None) -> np.ndarray:
+        if const is not None:
+            return const
+        t = env[op.node]
+        if not t.is_contiguous():
+            t = t.contiguous()
+            self.copies += 1
+        return t.view(op.shape).numpy()
+
+    def _inputs(self, args: Sequence) -> dict:
+        if len(args) != len(self.graph.inputs):
+            raise FrontendError(f"{self.name}: expected {len(self.graph.inputs)} input tensors, "
+                                f"got {len(args)}")
+        env: dict = dict(self._consts)
+        for i, (node, x, shape) in enumerate(zip(self.graph.inputs, args, self.in_shapes)):
+            if not isinstance(x, torch.Tensor):
+                raise FrontendError(f"{self.name}: input {i} is a {type(x).__name__}, not a tensor")
+            if tuple(x.shape) != shape:
+                raise FrontendError(f"{self.name}: input {i} has shape {tuple(x.shape)}; it was "
+                                    f"compiled for {shape} (compile again for a new shape)")
+            if x.dtype != torch.float32 or x.device.type != "cpu" or not x.is_contiguous():
+                x = x.to(device="cpu", dtype=torch.float32).contiguous()
+                self.conversions += 1
+            env[node] = x.detach()
+        return env
+
+    def _run_step(self, env: dict, plan) -> None:
+        if isinstance(plan, TorchStep):
+            n = plan.node
+            args = pytree.tree_map(lambda a: env[a] if isinstance(a, fx.Node) else a, n.args)
+            kwargs = pytree.tree_map(lambda a: env[a] if isinstance(a, fx.Node) else a, n.kwargs)
+            env[n] = n.target(*args, **kwargs)
+            return
+        step, kernel, out_shape, consts = plan
+        arrays = [self._operand(env, o, c) for o, c in zip(step.operands, consts)]
+        out = torch.empty(out_shape, dtype=torch.float32)
+        kernel(*arrays, out.numpy())
+        env[step.output] = out.view(self.graph.shape(step.output))
+
+    def _outputs(self, env: dict):
+        flat = []
+        for i, node in enumerate(self.graph.outputs):
+            flat.append(self.graph.const_outputs[i].clone() if node is None else env[node])
+        if self.graph.out_spec is None:
+            return flat[0] if len(flat) == 1 else tuple(flat)
+        return pytree.tree_unflatten(flat, self.graph.out_spec)
+
+    def __call__(self, *args):
+        with self._lock, torch.no_grad():
+            env = self._inputs(args)
+            for plan in self._plan:
+                self._run_step(env, plan)
+            return self._outputs(env)
+
+    # ---------------------------------------------------------------- report
+
+    @property
+    def subgraphs(self) -> list[Subgraph]:
+        return self.part.subgraphs
+
+    def fallback_ops(self) -> dict[str, int]:
+        """ATen ops PyTorch runs because tlmir has no mapping for them, with counts."""
+        out: dict[str, int] = {}
+        for s in self.part.fallbacks:
+            name = op_name(s.node)
+            out[name] = out.get(name, 0) + 1
+        return out
+
+    def step_times(self, args: Sequence, repeat: int = 5) -> list[tuple[object, float, float]]:
+        """(step, tlmir seconds, PyTorch seconds) per step: medians over `repeat` runs. The
+        PyTorch time of a subgraph runs its ATen nodes on the same inputs."""
+        samples: list[list[float]] = [[] for _ in self._plan]
+        torch_samples: list[list[float]] = [[] for _ in self._plan]
+        with self._lock, torch.no_grad():
+            for _ in range(repeat):
+                env = self._inputs(args)
+                for i, plan in enumerate(self._plan):
+                    if isinstance(plan, TorchStep):
+                        t0 = time.perf_counter()
+                        self._run_step(env, plan)
+                        samples[i].append(time.perf_counter() - t0)
+                        continue
+                    local = dict(env)
+                    t0 = time.perf_counter()
+                    for n in plan[0].nodes:
+                        self._run_step(local, TorchStep(n, "reference"))
+                    torch_samples[i].append(time.perf_counter() - t0)
+                    t0 = time.perf_counter()
+                    self._run_step(env, plan)
+                    samples[i].append(time.perf_counter() - t0)
+        out = []
+        for plan, s, ts in zip(self._plan, samples, torch_samples):
+            step = plan if isinstance(plan, TorchStep) else plan[0]
+            out.append((step, statistics.median(s), statistics.median(ts) if ts else statistics.median(s)))
+        return out
+
+    def report(self, args: Sequence | None = None, repeat: int = 5, eager=None) -> str:
+        """Per-task time against PyTorch (each subgraph's own ATen ops), the steps PyTorch
+        runs, and (given `eager`, the original module) the whole model end to end."""
+        args = args if args is not None else [torch.randn(s) for s in self.in_shapes]
+        rows: dict[str, list] = {}
+        for step, t, tt in self.step_times(args, repeat):
+            key = step.label
+            r = rows.setdefault(key, [0, 0.0, 0.0, self._source(step)])
+            r[0] += 1
+            r[1] += t
+            r[2] += tt
+        width = max([len(k) for k in rows] + [8])
+        lines = [f"{self.name}: {len(self.subgraphs)} subgraphs as {len(self.part.net.tasks())} "
+                 f"tlmir tasks, {len(self.part.steps) - len(self.subgraphs)} steps in PyTorch",
+                 f"{'step':<{width}} {'count':>5} {'tlmir ms':>9} {'torch ms':>9} {'speedup':>8}  schedule"]
+        total = [0.0, 0.0]
+        for key, (count, t, tt, src) in sorted(rows.items(), key=lambda kv: -kv[1][1]):
+            total[0] += t
+            total[1] += tt
+            sp = f"{tt / t:.2f}x" if t > 0 and not key.startswith(("layout", "fallback")) else ""
+            lines.append(f"{key:<{width}} {count:>5} {t * 1e3:>9.3f} {tt * 1e3:>9.3f} {sp:>8}  {src}")
+        lines.append(f"{'sum of steps':<{width}} {'':>5} {total[0] * 1e3:>9.3f} {total[1] * 1e3:>9.3f} "
+                     f"{total[1] / total[0]:>7.2f}x")
+        fb = self.fallback_ops()
+        lines.append("PyTorch fallbacks: " + (", ".join(f"{k} x{v}" for k, v in fb.items()) or "none"))
+        if eager is not None:
+            t_ours = _median_time(lambda: self(*args), repeat)
+            with torch.no_grad():
+                t_eager = _median_time(lambda: eager(*args), repeat)
+            lines.append(f"end to end: tlmir {t_ours * 1e3:.3f} ms, PyTorch eager {t_eager * 1e3:.3f} ms "
+                         f"({t_eager / t_ours:.2f}x PyTorch)")
+        return "\n".join(lines)
+
+    def _source(self, step) -> str:
+        if isinstance(step, TorchStep):
+            return "PyTorch"
+        return self.compiled.sources.get(step.task.key, "")
+
+
+def _median_time(fn, repeat: int) -> float:
+    fn()
+    times = []
+    for _ in range(max(1, repeat)):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
