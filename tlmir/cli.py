@@ -66,6 +66,17 @@ def cmd_tune(args) -> None:
     from .lm.registry import passive_openmp
     passive_openmp()  # every strategy measures under the same OpenMP wait policy (workers inherit it)
     threads = int(os.environ.get("TLMIR_NUM_THREADS") or os.cpu_count() or 1)
+    if args.model_from and args.workload:
+        raise ArgumentError("tune: give --workload or --model-from, not both")
+    if bool(args.model_from) != bool(args.input):
+        raise ArgumentError("tune: --model-from and --input go together")
+    imported = None
+    if args.model_from:
+        from .frontend import import_model
+        from .frontend.models import load
+        module, inputs, name = load(args.model_from, args.input)
+        imported = import_model(module, inputs, name)
+        args.workload = name
     if args.workload and (args.op or args.shape or args.param):
         raise ArgumentError("tune: --workload tunes a network's subgraphs; --op/--shape/--param "
                             "name one op: give one or the other")
@@ -81,7 +92,8 @@ def cmd_tune(args) -> None:
     hw = parse_target(args.target)
     if args.workload:
         from .workloads import network_tasks
-        res = tune_workload(network_tasks(args.workload), args.trials_per_task or 64, args.strategy, args.db,
+        tasks = imported.tasks() if imported else network_tasks(args.workload)
+        res = tune_workload(tasks, args.trials_per_task or 64, args.strategy, args.db,
                             args.seed, progress=not args.json, model=args.model, hw=hw)
         results = res.results
     else:
@@ -110,6 +122,12 @@ def cmd_tune(args) -> None:
     if args.workload and not args.json:
         print(f"weighted latency of {args.workload}: {res.weighted_seconds * 1e3:.3f} ms "
               f"after {res.measurements} measurements")
+    if imported is not None and not args.json:
+        from .frontend import CompiledModel, build_tasks
+        built = build_tasks(imported.tasks(), args.strategy, args.trials_per_task or 64, args.db,
+                            args.target, args.model, progress=False)
+        cm = CompiledModel(imported.graph, imported.part, built, imported.name)
+        print(cm.report(args=list(inputs), eager=module))
     if args.json:
         print(json.dumps({"tasks": rows} if args.workload else rows[0]))
 
@@ -281,6 +299,10 @@ def main(argv: list[str] | None = None) -> int:
     tu = sub.add_parser("tune", help="search the schedule space of an op or of a network's subgraphs")
     op_args(tu)
     tu.add_argument("--workload", help="network name (see `tlmir workloads`)")
+    tu.add_argument("--model-from", metavar="SPEC",
+                    help="a PyTorch model to import and tune: zoo:NAME or transformers:NAME "
+                         "(see `tlmir import --help`); then runs it end to end against PyTorch")
+    tu.add_argument("--input", metavar="SHAPE", help="with --model-from: the input shape, e.g. 1,3,224,224")
     tu.add_argument("--target", default="cpu",
                     help="what the programs are compiled for: cpu (this host), cpu:avx2, cpu:avx512, "
                          "options -cores=N -l1=32K -l2=1M")
@@ -324,6 +346,8 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--network-baseline", help="STRATEGY:K,... also tune the networks with this")
     ev.add_argument("--json", action="store_true", help="print the report as one JSON object")
     ev.set_defaults(fn=cmd_eval)
+    from .frontend.commands import add_parsers as add_frontend_parsers
+    add_frontend_parsers(sub)
     wl = sub.add_parser("workloads", help="list networks and their subgraphs (tasks)")
     wl.add_argument("network", nargs="?", help="list this network's tasks")
     wl.set_defaults(fn=cmd_workloads)

@@ -149,6 +149,10 @@ def _finish(gm: fx.GraphModule, inputs: list, constants: dict, out_spec) -> Grap
     return graph
 
 
+RANDOM_OPS = {"rand", "randn", "randint", "randperm", "rand_like", "randn_like", "bernoulli",
+              "normal", "uniform", "dropout", "native_dropout", "empty", "empty_like"}
+
+
 def _fold_constants(gm: fx.GraphModule, constants: dict) -> None:
     """Evaluate, once, every call whose tensor inputs are all constants."""
     def value(a):
@@ -156,8 +160,8 @@ def _fold_constants(gm: fx.GraphModule, constants: dict) -> None:
     for n in gm.graph.nodes:
         if n.op != "call_function":
             continue
-        deps = [a for a in n.all_input_nodes]
-        if deps and all(d in constants for d in deps):
+        deps = n.all_input_nodes
+        if all(d in constants for d in deps) and op_name(n) not in RANDOM_OPS:
             args = pytree.tree_map(value, n.args)
             kwargs = pytree.tree_map(value, n.kwargs)
             with torch.no_grad():

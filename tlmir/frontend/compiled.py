@@ -18,6 +18,11 @@ from .capture import Graph, op_name
 from .partition import Partition, Subgraph, TorchStep
 
 
+IDENTITY = {torch.ops.aten.clone.default, torch.ops.aten.alias.default,
+            torch.ops.aten.detach.default, torch.ops.aten.lift_fresh_copy.default}
+VIEWS = {torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default}
+
+
 @dataclass
 class Compiled:
     """How each task is run: `kernels[task.key]`, and where its schedule came from."""
@@ -32,6 +37,7 @@ class CompiledModel:
     def __init__(self, graph: Graph, part: Partition, compiled: Compiled, name: str = "model"):
         self.graph, self.part, self.compiled, self.name = graph, part, compiled, name
         self.in_shapes = [graph.shape(n) for n in graph.inputs]
+        self.in_dtypes = [n.meta["val"].dtype for n in graph.inputs]
         self.conversions = 0          # inputs converted to contiguous float32
         self.copies = 0               # non-contiguous values copied before a kernel
         self._lock = threading.Lock()
@@ -62,14 +68,18 @@ class CompiledModel:
             raise FrontendError(f"{self.name}: expected {len(self.graph.inputs)} input tensors, "
                                 f"got {len(args)}")
         env: dict = dict(self._consts)
-        for i, (node, x, shape) in enumerate(zip(self.graph.inputs, args, self.in_shapes)):
+        for i, (node, x, shape, dtype) in enumerate(zip(self.graph.inputs, args, self.in_shapes,
+                                                         self.in_dtypes)):
             if not isinstance(x, torch.Tensor):
                 raise FrontendError(f"{self.name}: input {i} is a {type(x).__name__}, not a tensor")
             if tuple(x.shape) != shape:
                 raise FrontendError(f"{self.name}: input {i} has shape {tuple(x.shape)}; it was "
                                     f"compiled for {shape} (compile again for a new shape)")
-            if x.dtype != torch.float32 or x.device.type != "cpu" or not x.is_contiguous():
-                x = x.to(device="cpu", dtype=torch.float32).contiguous()
+            if x.dtype != dtype or x.device.type != "cpu" or not x.is_contiguous():
+                if x.dtype.is_floating_point != dtype.is_floating_point:
+                    raise FrontendError(f"{self.name}: input {i} has dtype {x.dtype}; it was "
+                                        f"compiled for {dtype}")
+                x = x.to(device="cpu", dtype=dtype).contiguous()
                 self.conversions += 1
             env[node] = x.detach()
         return env
@@ -77,6 +87,14 @@ class CompiledModel:
     def _run_step(self, env: dict, plan) -> None:
         if isinstance(plan, TorchStep):
             n = plan.node
+            if n.target in IDENTITY:     # the graph is functional: a copy nobody mutates is an alias
+                x = env[n.args[0]]
+                fmt = n.kwargs.get("memory_format")
+                env[n] = x if fmt is None or x.is_contiguous(memory_format=fmt) else x.clone(memory_format=fmt)
+                return
+            if n.target in VIEWS:        # kernels' outputs may be strided unlike eager's: reshape
+                env[n] = env[n.args[0]].reshape(n.args[1])
+                return
             args = pytree.tree_map(lambda a: env[a] if isinstance(a, fx.Node) else a, n.args)
             kwargs = pytree.tree_map(lambda a: env[a] if isinstance(a, fx.Node) else a, n.kwargs)
             env[n] = n.target(*args, **kwargs)
@@ -147,7 +165,10 @@ class CompiledModel:
     def report(self, args: Sequence | None = None, repeat: int = 5, eager=None) -> str:
         """Per-task time against PyTorch (each subgraph's own ATen ops), the steps PyTorch
         runs, and (given `eager`, the original module) the whole model end to end."""
-        args = args if args is not None else [torch.randn(s) for s in self.in_shapes]
+        if args is None:
+            if any(not d.is_floating_point for d in self.in_dtypes):
+                raise FrontendError(f"{self.name}: report() needs the inputs (integer inputs)")
+            args = [torch.randn(s, dtype=d) for s, d in zip(self.in_shapes, self.in_dtypes)]
         rows: dict[str, list] = {}
         for step, t, tt in self.step_times(args, repeat):
             key = step.label

@@ -467,7 +467,7 @@ class _Cutter:
             float_out = isinstance(val, torch.Tensor) and val.dtype == torch.float32
             if float_out and name in anchors and anchors[name](n):
                 continue
-            if float_out and self.elementwise(n):
+            if (float_out or name == BN) and self.elementwise(n):
                 continue
             kind = "layout" if name in LAYOUT_OPS else "fallback"
             self.take([n], TorchStep(n, kind))

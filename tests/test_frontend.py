@@ -1,0 +1,180 @@
+"""The PyTorch front end: import gives the expected tasks, compiled modules equal eager,
+unsupported ops fall back by name, shapes are static, records are reused."""
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from tlmir import frontend, zoo  # noqa: E402
+from tlmir.cli import main  # noqa: E402
+from tlmir.errors import FrontendError  # noqa: E402
+from tlmir.runtime.records import RecordDB  # noqa: E402
+from tlmir.workloads import cnn  # noqa: E402
+
+
+def _names(imported):
+    return sorted(t.name for t, _ in imported.tasks())
+
+
+def _close(a, b, tol=1e-4):
+    scale = max(1.0, float(b.abs().max()))
+    assert float((a - b).abs().max()) <= tol * scale
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(24, 40), nn.Linear(40, 8)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(x)))
+
+
+class ConvBlock(nn.Module):
+    """conv-BN-ReLU, then conv-BN (no ReLU) + residual + ReLU, as a ResNet block."""
+    def __init__(self):
+        super().__init__()
+        self.c1, self.b1 = nn.Conv2d(8, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
+        self.c2, self.b2 = nn.Conv2d(8, 8, 1, bias=False), nn.BatchNorm2d(8)
+        for bn in (self.b1, self.b2):   # BN statistics other than identity, so folding matters
+            bn.running_mean.uniform_(-1, 1)
+            bn.running_var.uniform_(0.5, 2)
+            bn.weight.data.uniform_(0.5, 1.5)
+            bn.bias.data.uniform_(-1, 1)
+
+    def forward(self, x):
+        y = F.relu(self.b1(self.c1(x)))
+        return F.relu(self.b2(self.c2(y)) + x)
+
+
+class Attention(nn.Module):
+    """One pre-LN self-attention block with a GELU MLP."""
+    def __init__(self, d=32, heads=4):
+        super().__init__()
+        self.h, self.d = heads, d
+        self.ln = nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc = nn.Linear(d, 2 * d)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.qkv(self.ln(x)).split(d, dim=-1)
+        q, k, v = (t.reshape(b, s, self.h, d // self.h).transpose(1, 2) for t in (q, k, v))
+        att = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(d // self.h), dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(b, s, d)
+        x = x + self.proj(y)
+        return F.gelu(self.fc(x))
+
+
+def test_mlp_tasks_and_numerics():
+    torch.manual_seed(0)
+    m, x = MLP().eval(), torch.randn(5, 24)
+    imported = frontend.import_model(m, (x,))
+    assert _names(imported) == ["dense_bias_m5_n8_k40", "dense_bias_relu_m5_n40_k24"]
+    cm = frontend.compile(imported, None, strategy=None)
+    _close(cm(x), m(x).detach())
+
+
+def test_conv_bn_relu_block_folds_batchnorm():
+    torch.manual_seed(0)
+    m, x = ConvBlock().eval(), torch.randn(1, 8, 9, 9)
+    imported = frontend.import_model(m, (x,))
+    assert _names(imported) == ["add_relu_1x8x9x9", "conv2d_bias_1x8x9x9_k8_1x1_s1_p0",
+                                "conv2d_bias_relu_1x8x9x9_k8_3x3_s1_p1"]
+    assert imported.fallbacks() == {}
+    cm = frontend.compile(imported, None, strategy=None)
+    _close(cm(x), m(x).detach())
+
+
+def test_attention_block():
+    torch.manual_seed(0)
+    m, x = Attention().eval(), torch.randn(2, 16, 32)
+    imported = frontend.import_model(m, (x,))
+    names = _names(imported)
+    for want in ("layernorm_32x32_eps1e-05", "dense_bias_m32_n96_k32", "batch_matmul_b8_m16_n16_k8",
+                 "softmax_128x16", "batch_matmul_b8_m16_n8_k16", "dense_bias_gelu_m32_n64_k32"):
+        assert want in names, names
+    cm = frontend.compile(imported, None, strategy=None)
+    _close(cm(x), m(x).detach())
+    assert cm.copies > 0          # q, k, v are strided views: copied before their kernels
+
+
+def test_unsupported_op_falls_back_and_is_named():
+    class Odd(nn.Module):
+        def forward(self, x):
+            return torch.cumsum(F.relu(x), dim=1) * 2.0
+
+    m, x = Odd(), torch.randn(4, 6)
+    imported = frontend.import_model(m, (x,))
+    assert imported.fallbacks() == {"fallback:cumsum": 1}
+    cm = frontend.compile(imported, None, strategy=None)
+    _close(cm(x), m(x))
+    report = cm.report((x,), repeat=1, eager=m)
+    assert "PyTorch fallbacks: cumsum x1" in report and "end to end" in report
+
+
+def test_wrong_shape_is_refused_not_miscomputed():
+    m, x = MLP().eval(), torch.randn(5, 24)
+    cm = frontend.compile(m, (x,), strategy=None)
+    with pytest.raises(FrontendError, match=r"input 0 has shape \(6, 24\); it was compiled for \(5, 24\)"):
+        cm(torch.randn(6, 24))
+    with pytest.raises(FrontendError, match="expected 1 input"):
+        cm(x, x)
+    y = cm(x.double())             # converted once, counted
+    assert cm.conversions == 1 and y.dtype == torch.float32
+
+
+def test_torch_compile_backend_and_dynamic_shapes():
+    torch.manual_seed(0)
+    m, x = ConvBlock().eval(), torch.randn(1, 8, 9, 9)
+    fast = torch.compile(m, backend="tlmir", dynamic=False, options={"strategy": None})
+    torch.testing.assert_close(fast(x), m(x), rtol=1e-3, atol=1e-3)
+    x2 = torch.randn(2, 8, 9, 9)               # a new shape: a static recompile
+    torch.testing.assert_close(fast(x2), m(x2), rtol=1e-3, atol=1e-3)
+    torch._dynamo.reset()
+    dyn = torch.compile(m, backend="tlmir", dynamic=True, options={"strategy": None})
+    with pytest.raises(Exception, match="dynamic shapes"):
+        dyn(x)
+    torch._dynamo.reset()
+
+
+def test_tuned_compile_reuses_records(tmp_path):
+    torch.manual_seed(0)
+    m, x = MLP().eval(), torch.randn(5, 24)
+    db = str(tmp_path / "mlp.db")
+    cm = frontend.compile(m, (x,), strategy="evolutionary", trials_per_task=4, db=db, progress=False)
+    _close(cm(x), m(x).detach())
+    assert all("evolutionary, 4 measured" == s for s in cm.compiled.sources.values())
+    rdb = RecordDB(db)
+    before = rdb.count()
+    rdb.close()
+    again = frontend.compile(m, (x,), strategy="evolutionary", trials_per_task=4, db=db, progress=False)
+    rdb = RecordDB(db)
+    assert rdb.count() == before >= 8     # nothing measured twice
+    rdb.close()
+    assert again.compiled.sources == cm.compiled.sources
+
+
+def test_resnet50_import_matches_the_hand_table():
+    """The zoo ResNet-50 gives the hand table's tasks, except that a conv followed by BN and
+    no ReLU keeps its folded bias (conv2d_bias) where the table drops it (conv2d_nchw)."""
+    imported = frontend.import_model(zoo.resnet50().eval(), (torch.randn(1, 3, 224, 224),))
+    got = {t.name.replace("conv2d_bias_1x", "conv2d_nchw_1x"): w for t, w in imported.tasks()}
+    want = {t.name: w for t, w in cnn.resnet50().tasks()}
+    assert got == want
+    hand_keys = {t.key for t, _ in cnn.resnet50().tasks()}
+    same = [t for t, _ in imported.tasks() if t.key in hand_keys]
+    assert len(same) == len(want) - sum(1 for n in want if n.startswith("conv2d_nchw"))
+
+
+def test_cli_import(capsys):
+    assert main(["import", "zoo:squeezenet1_1", "--input", "1,3,64,64"]) == 0
+    out = capsys.readouterr().out
+    assert "squeezenet1_1:" in out and "conv2d_bias_relu_1x3x64x64_k64_3x3_s2_p0" in out
+    assert main(["import", "zoo:resnet9", "--input", "1,3,64,64"]) == 2
+    assert "unknown model 'resnet9'" in capsys.readouterr().err
+    assert main(["import", "zoo:resnet18", "--input", "1,x"]) == 2
+    assert "--input: expected positive comma-separated sizes" in capsys.readouterr().err

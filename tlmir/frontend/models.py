@@ -1,0 +1,77 @@
+"""Model specs for the command line: `zoo:resnet50`, `transformers:bert-base`.
+
+Transformers models are built from their configs with random weights (no hub access):
+the config table below holds each architecture's published sizes. Attention is the
+eager implementation (matmul, softmax, matmul), which tlmir maps; SDPA is one opaque op.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from ..errors import FrontendError
+
+
+def _bert(**kw):
+    from transformers import BertConfig, BertModel
+    cfg = BertConfig(**kw)
+    cfg._attn_implementation = "eager"
+    return BertModel(cfg, add_pooling_layer=False), cfg.vocab_size
+
+
+def _gpt2(**kw):
+    from transformers import GPT2Config, GPT2Model
+    cfg = GPT2Config(**kw)
+    cfg._attn_implementation = "eager"
+    return GPT2Model(cfg), cfg.vocab_size
+
+
+def _llama(**kw):
+    from transformers import LlamaConfig, LlamaModel
+    cfg = LlamaConfig(**kw)
+    cfg._attn_implementation = "eager"
+    return LlamaModel(cfg), cfg.vocab_size
+
+
+TRANSFORMERS: dict[str, Callable] = {
+    "bert-base": lambda: _bert(),
+    "bert-large": lambda: _bert(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                                intermediate_size=4096),
+    "bert-tiny": lambda: _bert(hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+                               intermediate_size=512),
+    "gpt2": lambda: _gpt2(),
+    "llama-7b-layer": lambda: _llama(hidden_size=4096, intermediate_size=11008,
+                                     num_hidden_layers=1, num_attention_heads=32,
+                                     num_key_value_heads=32, vocab_size=32000),
+}
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    try:
+        shape = tuple(int(s) for s in text.split(","))
+    except ValueError:
+        shape = ()
+    if not shape or any(s < 1 for s in shape):
+        raise FrontendError(f"--input: expected positive comma-separated sizes like 1,3,224,224, "
+                            f"got {text!r}")
+    return shape
+
+
+def load(spec: str, input_shape: str) -> tuple[torch.nn.Module, tuple, str]:
+    """(module in eval mode, example inputs, name) for `zoo:NAME` or `transformers:NAME`;
+    a transformers model takes token ids of shape `input_shape` (batch, seq)."""
+    kind, _, name = spec.partition(":")
+    shape = parse_shape(input_shape)
+    torch.manual_seed(0)
+    if kind == "zoo":
+        from .. import zoo
+        return zoo.get(name).eval(), (torch.randn(shape),), name
+    if kind == "transformers":
+        if name not in TRANSFORMERS:
+            raise FrontendError(f"unknown transformers model {name!r}; known: {', '.join(TRANSFORMERS)}")
+        if len(shape) != 2:
+            raise FrontendError(f"--input: transformers:{name} takes token ids (batch,seq), got {shape}")
+        model, vocab = TRANSFORMERS[name]()
+        return model.eval(), (torch.randint(0, vocab, shape),), name
+    raise FrontendError(f"model spec {spec!r}: expected zoo:NAME or transformers:NAME")
