@@ -7,7 +7,7 @@ import math
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import llvmlite.binding as llvm
 import numpy as np
@@ -122,6 +122,11 @@ class Kernel:
 
     def __call__(self, *arrays: np.ndarray) -> None:
         self._bind(arrays)()
+
+    def call_pointers(self, pointers: Sequence[int], threads: int) -> None:
+        """Run on raw data pointers, unchecked: for a caller whose buffers are right by
+        construction (the front end's plan: its own allocations, views of checked shapes)."""
+        self._cfunc(*pointers, usable_threads(threads))
 
     def benchmark(self, *arrays: np.ndarray, warmup: int = 2, repeat: int = 10,
                   min_time: float = 1e-3) -> Timing:

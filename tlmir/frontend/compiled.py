@@ -8,16 +8,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
-import numpy as np
 import torch
 import torch.fx as fx
 from torch.utils import _pytree as pytree
 
+from ..codegen_cpu.parallel import default_num_threads
 from ..errors import FrontendError
 from .capture import Graph, op_name
 from .partition import Partition, Subgraph, TorchStep
 
 
+_THREADS = "threads"     # env key of the thread count of this call
 IDENTITY = {torch.ops.aten.clone.default, torch.ops.aten.alias.default,
             torch.ops.aten.detach.default, torch.ops.aten.lift_fresh_copy.default}
 VIEWS = {torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default}
@@ -41,6 +42,7 @@ class CompiledModel:
         self.conversions = 0          # inputs converted to contiguous float32
         self.copies = 0               # non-contiguous values copied before a kernel
         self._lock = threading.Lock()
+        self.num_threads: int | None = None   # None: $TLMIR_NUM_THREADS or all CPUs, per call
         self._consts = {n: t for n, t in graph.constants.items() if isinstance(t, torch.Tensor)}
         self._plan = [self._prepare(s) for s in part.steps]
 
@@ -51,23 +53,32 @@ class CompiledModel:
             return step
         kernel = self.compiled.kernels[step.task.key]
         out_shape = tuple(step.task.outputs[0].shape)
-        consts = [o.const.numpy() if o.const is not None else None for o in step.operands]
+        for o, t in zip(step.operands, step.task.inputs):
+            if tuple(t.shape) != tuple(o.shape) or (o.const is not None and tuple(o.const.shape) != o.shape):
+                raise FrontendError(f"{step.task.name}: operand shape {o.shape} does not match "
+                                    f"the kernel's {tuple(t.shape)}")
+        consts = [o.const.data_ptr() if o.const is not None else None for o in step.operands]
         return step, kernel, out_shape, consts
 
-    def _operand(self, env: dict, op, const: np.ndarray | None) -> np.ndarray:
+    def _operand(self, env: dict, op, const: int | None) -> int:
+        """The data pointer of a kernel input: contiguous float32 of the operand's shape."""
         if const is not None:
             return const
         t = env[op.node]
+        if t.dtype != torch.float32:
+            raise FrontendError(f"{op.node.name}: a kernel input of dtype {t.dtype}, not float32")
         if not t.is_contiguous():
             t = t.contiguous()
+            env[op.node] = t
             self.copies += 1
-        return t.view(op.shape).numpy()
+        return t.view(op.shape).data_ptr()
 
     def _inputs(self, args: Sequence) -> dict:
         if len(args) != len(self.graph.inputs):
             raise FrontendError(f"{self.name}: expected {len(self.graph.inputs)} input tensors, "
                                 f"got {len(args)}")
         env: dict = dict(self._consts)
+        env[_THREADS] = self.num_threads or default_num_threads()
         for i, (node, x, shape, dtype) in enumerate(zip(self.graph.inputs, args, self.in_shapes,
                                                          self.in_dtypes)):
             if not isinstance(x, torch.Tensor):
@@ -100,9 +111,9 @@ class CompiledModel:
             env[n] = n.target(*args, **kwargs)
             return
         step, kernel, out_shape, consts = plan
-        arrays = [self._operand(env, o, c) for o, c in zip(step.operands, consts)]
+        pointers = [self._operand(env, o, c) for o, c in zip(step.operands, consts)]
         out = torch.empty(out_shape, dtype=torch.float32)
-        kernel(*arrays, out.numpy())
+        kernel.call_pointers(pointers + [out.data_ptr()], env[_THREADS])
         env[step.output] = out.view(self.graph.shape(step.output))
 
     def _outputs(self, env: dict):
