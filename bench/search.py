@@ -28,7 +28,7 @@ import time
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # numpy is a single-thread baseline
 
 from tlmir import ops  # noqa: E402
-from tlmir.codegen_cpu import compile_func  # noqa: E402
+from tlmir.runtime.backend import compile_func  # noqa: E402
 from tlmir.evaluate import program_timer  # noqa: E402
 from tlmir.ops.baselines import baseline_times_isolated  # noqa: E402
 from tlmir.runtime.records import RecordDB, best_of  # noqa: E402

@@ -128,7 +128,7 @@ def program_timer(task: Task, trace_json: str, repeat: int = 15,
     """A function of the thread count giving the median seconds of a recorded program, which
     is rebuilt from its trace (for `hw`: default this host) and checked once, here: reports
     time one program at several thread counts and rounds without compiling it again for each."""
-    from .codegen_cpu import compile_func
+    from .runtime.backend import compile_func
     from .runtime.measure import check_outputs
     from .schedule.decider import Trace
     from .schedule.lower import lower
@@ -155,7 +155,7 @@ def time_program(task: Task, trace_json: str, threads: int, repeat: int = 15) ->
 
 def default_seconds(task: Task, threads: int, repeat: int = 5) -> float:
     """Median seconds of the untuned default schedule (every stage at root, no annotations)."""
-    from .codegen_cpu import compile_func
+    from .runtime.backend import compile_func
     from .schedule.lower import lower
     from .schedule.schedule import create_schedule
     kernel = compile_func(lower(create_schedule(task.outputs), task.args))

@@ -3,10 +3,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import math
-import statistics
-import time
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import llvmlite.binding as llvm
@@ -14,6 +10,7 @@ import numpy as np
 
 from ..errors import ArgumentError, BuildError
 from ..ir.stmt import PrimFunc
+from ..runtime.backend import Timing, check_arguments, time_calls
 from ..runtime.target import HardwareParams, host_hardware
 from .analysis import stored_buffers
 from .llvm_ir import emit_module
@@ -61,14 +58,6 @@ def _optimize(mod: llvm.ModuleRef, isa: str | None = None) -> None:
     pb.getModulePassManager().run(mod, pb)
 
 
-@dataclass(frozen=True)
-class Timing:
-    """Per-call wall time in seconds: `times` holds one averaged sample per repeat."""
-    median: float
-    min: float
-    times: tuple[float, ...]
-
-
 class Kernel:
     """A compiled PrimFunc, callable as kernel(*arrays) with one numpy array per argument."""
 
@@ -88,33 +77,16 @@ class Kernel:
         mod = llvm.parse_assembly(self.llvm_ir)
         return _target_machine(self.isa).emit_assembly(mod)
 
+    @property
+    def source(self) -> str:
+        """The optimised LLVM IR (the backend interface's readable program)."""
+        return self.llvm_ir
+
     def _bind(self, arrays: tuple) -> Callable[[], None]:
         """Validate `arrays` and return a no-argument native call on them (no copies)."""
         f = self.func
-        if len(arrays) != len(f.args):
-            names = ", ".join(b.name for b in f.args)
-            raise ArgumentError(f"{f.name}: expected {len(f.args)} arrays ({names}), got {len(arrays)}")
-        ptrs = []
-        for k, (a, buf) in enumerate(zip(arrays, f.args)):
-            where = f"{f.name}: argument {k} ({buf.name})"
-            if not isinstance(a, np.ndarray):
-                raise ArgumentError(f"{where}: expected a numpy.ndarray, got {type(a).__name__}")
-            if a.dtype != np.dtype(buf.dtype):
-                raise ArgumentError(f"{where}: expected dtype {buf.dtype}, got {a.dtype}")
-            if a.shape != buf.shape:
-                raise ArgumentError(f"{where}: expected shape {buf.shape}, got {a.shape}")
-            if not a.flags.c_contiguous:
-                raise ArgumentError(f"{where}: array is not C-contiguous (use np.ascontiguousarray)")
-            if id(buf) in self._outputs and not a.flags.writeable:
-                raise ArgumentError(f"{where}: the kernel writes this array but it is read-only")
-            ptrs.append(a.ctypes.data)
-        for k, (a, buf) in enumerate(zip(arrays, f.args)):
-            if id(buf) not in self._outputs:
-                continue
-            for j, (b, other) in enumerate(zip(arrays, f.args)):
-                if j != k and np.may_share_memory(a, b):
-                    raise ArgumentError(f"{f.name}: argument {k} ({buf.name}) is written and shares memory "
-                                        f"with argument {j} ({other.name}); pass separate arrays")
+        check_arguments(f, arrays, self._outputs)
+        ptrs = [a.ctypes.data for a in arrays]
         nt = default_num_threads() if self.num_threads is None else self.num_threads
         if isinstance(nt, bool) or not isinstance(nt, int) or nt < 1:
             raise ArgumentError(f"{f.name}: num_threads must be a positive int, got {nt!r}")
@@ -130,22 +102,8 @@ class Kernel:
 
     def benchmark(self, *arrays: np.ndarray, warmup: int = 2, repeat: int = 10,
                   min_time: float = 1e-3) -> Timing:
-        """Time the kernel on `arrays`. Each sample runs enough calls to last `min_time`
-        seconds, so short kernels are not lost in timer resolution."""
-        call = self._bind(arrays)
-        for _ in range(warmup):
-            call()
-        t0 = time.perf_counter()
-        call()
-        once = time.perf_counter() - t0
-        number = max(1, math.ceil(min_time / max(once, 1e-9)))
-        times = []
-        for _ in range(max(1, repeat)):
-            t0 = time.perf_counter()
-            for _ in range(number):
-                call()
-            times.append((time.perf_counter() - t0) / number)
-        return Timing(median=statistics.median(times), min=min(times), times=tuple(times))
+        """Time the kernel on `arrays` (see runtime.backend.time_calls)."""
+        return time_calls(self._bind(arrays), warmup, repeat, min_time)
 
 
 def compile_func(func: PrimFunc, hw: HardwareParams | None = None) -> Kernel:

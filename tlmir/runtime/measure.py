@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..ir.stmt import PrimFunc
+from .backend import compile_func
 from .target import HardwareParams
 from .worker import run_isolated
 
@@ -48,7 +49,6 @@ def measure_in_process(func: PrimFunc, inputs: list[np.ndarray], expected: list[
     200-400 us for a 15 us layernorm, so were it to decide the cutoff every small candidate
     would look slow and be recorded at its cold time. The number of repeats (about 2 s per
     candidate) is sized by a warm run too."""
-    from ..codegen_cpu import compile_func
     kernel = compile_func(func, hw)
     if num_threads is not None:
         kernel.num_threads = num_threads
