@@ -178,3 +178,19 @@ def test_cli_import(capsys):
     assert "unknown model 'resnet9'" in capsys.readouterr().err
     assert main(["import", "zoo:resnet18", "--input", "1,x"]) == 2
     assert "--input: expected positive comma-separated sizes" in capsys.readouterr().err
+
+
+def test_transformers_bert_from_config():
+    """A transformers BERT (built from its config, random weights) runs on tlmir kernels;
+    only the embedding gather stays in PyTorch."""
+    pytest.importorskip("transformers")
+    from tlmir.frontend.models import load
+    model, inputs, name = load("transformers:bert-tiny", "1,16")
+    imported = frontend.import_model(model, inputs, name)
+    assert imported.fallbacks() == {"fallback:embedding": 1}
+    names = _names(imported)
+    assert "dense_bias_gelu_m16_n512_k128" in names and "softmax_32x16" in names
+    cm = frontend.compile(imported, None, strategy=None)
+    with torch.no_grad():
+        ref = model(*inputs).last_hidden_state
+    _close(cm(*inputs).last_hidden_state, ref)

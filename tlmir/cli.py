@@ -30,7 +30,7 @@ def cmd_show(args) -> None:
     func = lower(s, op.args, op.name)
     _print_lowered(func)
     if args.llvm or args.asm:
-        from .codegen_cpu import compile_func
+        from .runtime.backend import compile_func
         k = compile_func(func)
         if args.llvm:
             print(f"# LLVM IR (optimised)\n{k.llvm_ir}")

@@ -63,7 +63,7 @@ def build_tasks(tasks: list, strategy: str | None = "tlm", trials_per_task: int 
                 progress: bool = True) -> Compiled:
     """Tune `tasks` ([(Task, weight)]) with `strategy` (None: no tuning) and build each one's
     best program, or its untuned default schedule where nothing was measured."""
-    from ..codegen_cpu import compile_func
+    from ..runtime.backend import compile_func
     from ..schedule import create_schedule, lower
     from ..search.tune import tune_workload
     hw = parse_target(target)
