@@ -91,7 +91,7 @@ def main() -> None:
             with torch.no_grad():
                 ours = median_time(lambda: cm(*inputs), a.repeat)
                 eager = median_time(lambda: model(*inputs), a.repeat)
-                ind = median_time(lambda: inductor(*inputs), a.repeat) if inductor else None
+                ind = median_time(lambda: inductor(*inputs), a.repeat) if inductor is not None else None
             row = dict(model=name, threads=t, tlmir_ms=ours * 1e3, eager_ms=eager * 1e3,
                        inductor_ms=ind * 1e3 if ind else None, vs_eager=eager / ours,
                        vs_inductor=ind / ours if ind else None, rel_err=err,
