@@ -36,9 +36,6 @@ class Graph:
     def shape(self, node: fx.Node) -> tuple[int, ...]:
         return tuple(int(s) for s in node.meta["val"].shape)
 
-    def users(self, node: fx.Node) -> list[fx.Node]:
-        return list(node.users)
-
     def is_output(self, node: fx.Node) -> bool:
         return node in self.outputs
 
@@ -75,20 +72,20 @@ def capture(module: torch.nn.Module, example_inputs: Sequence) -> Graph:
     except Exception as e:  # torch raises many types; the message is what matters
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise FrontendError(f"import: torch.export failed on {type(module).__name__}: {first}") from None
-    gm = ep.graph_module
+    constants, by_name = _lifted(ep)
+    inputs = [by_name[name] for name in ep.graph_signature.user_inputs]
+    return _finish(ep.graph_module, inputs, constants, ep.call_spec.out_spec)
+
+
+def _lifted(ep) -> tuple[dict, dict]:
+    """(placeholder -> tensor for parameters, buffers and lifted constants; name -> placeholder)."""
     sig = ep.graph_signature
     state = dict(ep.state_dict)
     state.update(getattr(ep, "constants", {}) or {})
     names = {**sig.inputs_to_parameters, **sig.inputs_to_buffers,
              **getattr(sig, "inputs_to_lifted_tensor_constants", {})}
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    constants, inputs = {}, []
-    for n in placeholders:
-        if n.name in names:
-            constants[n] = state[names[n.name]].detach()
-        elif n.name in sig.user_inputs:
-            inputs.append(n)
-    return _finish(gm, inputs, constants, ep.call_spec.out_spec)
+    by_name = {n.name: n for n in ep.graph_module.graph.nodes if n.op == "placeholder"}
+    return {by_name[k]: state[v].detach() for k, v in names.items()}, by_name
 
 
 def capture_fx(gm: fx.GraphModule, example_inputs: Sequence, frozen: Sequence[bool]) -> Graph:
@@ -100,22 +97,14 @@ def capture_fx(gm: fx.GraphModule, example_inputs: Sequence, frozen: Sequence[bo
     except Exception as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise FrontendError(f"torch.compile backend tlmir: torch.export failed: {first}") from None
-    sig = ep.graph_signature
-    gm2 = ep.graph_module
-    by_name = {n.name: n for n in gm2.graph.nodes if n.op == "placeholder"}
-    constants, inputs = {}, []
-    state = dict(ep.state_dict)
-    state.update(getattr(ep, "constants", {}) or {})
-    names = {**sig.inputs_to_parameters, **sig.inputs_to_buffers,
-             **getattr(sig, "inputs_to_lifted_tensor_constants", {})}
-    for name, target in names.items():
-        constants[by_name[name]] = state[target].detach()
-    for name, x, fz in zip(sig.user_inputs, args, frozen):
+    constants, by_name = _lifted(ep)
+    inputs = []
+    for name, x, fz in zip(ep.graph_signature.user_inputs, args, frozen):
         if fz:
             constants[by_name[name]] = x.detach()
         else:
             inputs.append(by_name[name])
-    return _finish(gm2, inputs, constants, ep.call_spec.out_spec)
+    return _finish(ep.graph_module, inputs, constants, ep.call_spec.out_spec)
 
 
 def _finish(gm: fx.GraphModule, inputs: list, constants: dict, out_spec) -> Graph:
