@@ -194,3 +194,15 @@ def test_transformers_bert_from_config():
     with torch.no_grad():
         ref = model(*inputs).last_hidden_state
     _close(cm(*inputs).last_hidden_state, ref)
+
+
+def test_llama_layer_runs_without_fallbacks():
+    """RMSNorm's mean of squares is a row reduction, SwiGLU is silu_mul: no PyTorch op left."""
+    torch.manual_seed(0)
+    m, x = zoo.llama_decoder_layer(dim=64, n_heads=4, hidden=128).eval(), torch.randn(1, 8, 64)
+    imported = frontend.import_model(m, (x,))
+    assert imported.fallbacks() == {}
+    names = _names(imported)
+    assert "row_mean_8x64" in names and "silu_mul_8x128" in names
+    cm = frontend.compile(imported, None, strategy=None)
+    _close(cm(x), m(x).detach())

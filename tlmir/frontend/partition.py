@@ -308,7 +308,7 @@ class _Cutter:
         x = n.args[0]
         s = self.shape(x)
         if len(s) != 4:
-            return False
+            return self.row_reduce(n)
         N, C, H, W = s
         nodes, out = [n], n
         if name in ("max_pool2d", "max_pool2d_with_indices"):
@@ -336,7 +336,7 @@ class _Cutter:
             if name == "mean":
                 dims = {int(d) % 4 for d in _arg(n, 1, "dim")}
                 if dims != {2, 3} or n.kwargs.get("dtype") is not None:
-                    return False
+                    return self.row_reduce(n)
                 oh = ow = 1
             else:
                 oh, ow = _pair(n.args[1])
@@ -349,6 +349,28 @@ class _Cutter:
         if math.prod(op.outputs[0].shape) != math.prod(self.shape(out)):
             return False      # ceil_mode and other shapes PyTorch computes differently
         self.emit(op, nodes, [Operand(s, node=x)], out)
+        return True
+
+    def row_reduce(self, n: fx.Node) -> bool:
+        """sum / mean over the last axis (RMSNorm's mean of squares, a pooled token) as
+        one te reduction: rows x N -> rows."""
+        name, x = op_name(n), n.args[0]
+        s = self.shape(x)
+        dims = _arg(n, 1, "dim")
+        if (name not in ("mean", "sum") or not isinstance(dims, (list, tuple)) or len(dims) != 1
+                or int(dims[0]) % len(s) != len(s) - 1 or n.kwargs.get("dtype") is not None):
+            return False
+        rows, N = math.prod(s[:-1]), s[-1]
+        X = te.placeholder((rows, N), name="X")
+        k = te.reduce_axis(N, "k")
+        scale = 1.0 / N if name == "mean" else 1.0
+        out = te.compute((rows,), lambda i: te.sum(X[i, k] * scale, axis=k), name=name)
+
+        def ref(a):
+            r = np.asarray(a, dtype=np.float64)
+            return [r.mean(axis=-1) if name == "mean" else r.sum(axis=-1)]
+        task = self.net.task(Task(f"row_{name}_{rows}x{N}", [X, out], reference=ref))
+        self.take([n], Subgraph(task, [n], [Operand((rows, N), node=x)], n))
         return True
 
     # ---------------------------------------------------------------- element-wise chains
@@ -458,7 +480,8 @@ class _Cutter:
                    "mm": self.matmul, "softmax": self.softmax, "_softmax": self.softmax,
                    "layer_norm": self.norm, "rms_norm": self.norm,
                    "max_pool2d": self.pool, "max_pool2d_with_indices": self.pool,
-                   "avg_pool2d": self.pool, "adaptive_avg_pool2d": self.pool, "mean": self.pool}
+                   "avg_pool2d": self.pool, "adaptive_avg_pool2d": self.pool, "mean": self.pool,
+                   "sum": self.row_reduce}
         for n in self.g.nodes:
             if n in self.taken:
                 continue
