@@ -138,6 +138,17 @@ def test_feature_extraction_is_fast():
     assert best < 5e-3, f"{best * 1e3:.2f} ms per program"
 
 
+def test_cache_features_follow_the_target():
+    """traffic beyond L1 / L2 is estimated with the target's cache sizes, not constants."""
+    from tlmir.runtime.target import HardwareParams
+    f = lowered(FEATURE_OPS[sorted(FEATURE_OPS)[0]], SCHEDULES[sorted(SCHEDULES)[0]])
+    small = program_features(f, HardwareParams(vector_lanes=16, l1_kb=1, l2_kb=2))
+    big = program_features(f, HardwareParams(vector_lanes=16, l1_kb=32, l2_kb=1024))
+    assert np.array_equal(big, program_features(f))          # the default is 32 KiB / 1 MiB
+    traffic = [i for i, n in enumerate(FEATURE_NAMES) if "traffic_l1" in n]
+    assert traffic and all(small[i] >= big[i] for i in traffic) and any(small[i] > big[i] for i in traffic)
+
+
 def test_features_of_an_empty_program():
     f = S.PrimFunc("empty", [S.Buffer("A", (4,), "float32")], S.Seq([]))
     v = program_features(f)

@@ -38,7 +38,7 @@ def _with_features(progs):
         task = tasks[p.task_key]
         space = spaces.setdefault(p.task_key, SearchSpace(task.outputs, HW))
         func = lower(space.replay(parse_sentence(p.sentence)[1]), task.args)
-        out.append(Program(p.task_key, p.sentence, p.seconds, program_features(func, HW.vector_lanes)))
+        out.append(Program(p.task_key, p.sentence, p.seconds, program_features(func, HW)))
     return out
 
 

@@ -32,8 +32,8 @@ with an irregular stride). From the coefficients of one access:
 - unique elements / cache lines touched by the innermost k loops, for every k (a
   footprint: min(product of the dependent extents, address span), in 64-byte lines).
 Summing footprints over a store's accesses gives, per loop level, the bytes one
-iteration of that level touches; the deepest level fitting in L1 (32 KiB) / L2 (1 MiB)
-gives the traffic estimates `traffic_l1` / `traffic_l2` (that level's footprint times
+iteration of that level touches; the deepest level fitting in the target's L1 / L2
+(`HardwareParams.l1_kb` / `l2_kb`; 32 KiB / 1 MiB without a target) gives the traffic estimates `traffic_l1` / `traffic_l2` (that level's footprint times
 the iterations of the loops outside it).
 """
 from __future__ import annotations
@@ -45,9 +45,9 @@ import numpy as np
 from ..codegen_cpu.reduction import match_reduce_loop
 from ..ir import expr as E
 from ..ir import stmt as S
+from ..runtime.target import HardwareParams
 
-L1_BYTES = 32 * 1024
-L2_BYTES = 1024 * 1024
+DEFAULT_HW = HardwareParams(vector_lanes=16, l1_kb=32, l2_kb=1024)   # features without a target
 LINE_BYTES = 64
 
 # (name, log1p?) per store.
@@ -266,8 +266,9 @@ def _depends(e: E.Expr, v: E.Var) -> bool:
 
 
 class _Walker:
-    def __init__(self, hw_lanes: int):
-        self.hw_lanes = max(1, int(hw_lanes))
+    def __init__(self, hw: HardwareParams):
+        self.hw_lanes = max(1, int(hw.vector_lanes))
+        self.l1_bytes, self.l2_bytes = hw.l1_kb * 1024, hw.l2_kb * 1024
         self.loops: list = []     # (var, extent, kind, guards at entry, vector body has nested loops)
         self.guards = 0
         self.rows: list = []
@@ -472,14 +473,14 @@ class _Walker:
         # deepest inner level fitting each cache; traffic = its footprint x outer iterations
         traffic = []
         in_l1 = 1.0
-        for cap in (L1_BYTES, L2_BYTES):
+        for cap in (self.l1_bytes, self.l2_bytes):
             lvl = 0
             while lvl < depth and fp[lvl + 1] <= cap:
                 lvl += 1
             inner = 1.0
             for k in range(depth - lvl, depth):
                 inner *= exts[k]
-            if cap == L1_BYTES:
+            if cap == self.l1_bytes:
                 in_l1 = inner
             traffic.append(fp[lvl] * (iters / inner))
         f[ix["iters_in_l1"]] = in_l1
@@ -496,15 +497,15 @@ class _Walker:
         self.traffic_l2 += traffic[1]
 
 
-def store_features(func: S.PrimFunc, hw_lanes: int = 16) -> tuple[np.ndarray, np.ndarray]:
+def store_features(func: S.PrimFunc, hw: HardwareParams | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per-store features before aggregation: ([n_stores, len(STORE_FEATURES)] with the
     log1p transform applied, [n_stores] work weights summing to 1)."""
-    rows, w, _ = _walk(func, hw_lanes)
+    rows, w, _ = _walk(func, hw or DEFAULT_HW)
     return rows, w
 
 
-def _walk(func: S.PrimFunc, hw_lanes: int):
-    wk = _Walker(hw_lanes)
+def _walk(func: S.PrimFunc, hw: HardwareParams):
+    wk = _Walker(hw)
     wk.visit(func.body)
     if wk.rows:
         rows = np.asarray(wk.rows, dtype=np.float64)
@@ -516,10 +517,10 @@ def _walk(func: S.PrimFunc, hw_lanes: int):
     return rows, w, wk
 
 
-def program_features(func: S.PrimFunc, hw_lanes: int = 16) -> np.ndarray:
-    """The feature vector of a lowered program (layout: FEATURE_NAMES), float32, finite.
-    `hw_lanes` is the SIMD width in elements of the target (16 float32 lanes for AVX-512)."""
-    rows, w, wk = _walk(func, hw_lanes)
+def program_features(func: S.PrimFunc, hw: HardwareParams | None = None) -> np.ndarray:
+    """The feature vector of a lowered program (layout: FEATURE_NAMES), float32, finite,
+    for the target `hw` (its SIMD width and cache sizes; default: AVX-512, 32 KiB / 1 MiB)."""
+    rows, w, wk = _walk(func, hw or DEFAULT_HW)
     out = np.zeros(NUM_FEATURES, dtype=np.float64)
     if len(rows):
         out[:_NS] = w @ rows

@@ -62,7 +62,7 @@ class MLPRanker:
         rows = []
         for c in cands:
             if c.key not in self._feat:
-                self._feat[c.key] = (program_features(c.func, self.space.hw.vector_lanes) if c.func is not None
+                self._feat[c.key] = (program_features(c.func, self.space.hw) if c.func is not None
                                      else None)
             rows.append(self._feat[c.key])
         dim = next((r.shape[0] for r in rows if r is not None), 1)
@@ -97,7 +97,7 @@ class WorldRanker:
         from ..lm.language import trace_to_sentence
         from .world_train import Program
         if cand.key not in self._programs:
-            feats = (program_features(cand.func, self.space.hw.vector_lanes)
+            feats = (program_features(cand.func, self.space.hw)
                      if self.ev.reads_features and cand.func is not None else None)
             self._programs[cand.key] = Program(self.task.key, trace_to_sentence(self.task, self.space.hw, cand.trace),
                                                None, feats)

@@ -76,7 +76,7 @@ def programs_from_records(records: Iterable, tasks: dict, with_features: bool = 
                 space = spaces.get((rec.task_key, rec.hw_key))
                 if space is None:
                     space = spaces[rec.task_key, rec.hw_key] = SearchSpace(task.outputs, hw)
-                feats = program_features(lower(space.replay(trace), task.args), hw.vector_lanes)
+                feats = program_features(lower(space.replay(trace), task.args), hw)
         except TlmirError:
             continue
         out.append(Program(rec.task_key, sentence, rec.best if rec.ok else None, feats))
