@@ -206,3 +206,14 @@ def test_llama_layer_runs_without_fallbacks():
     assert "row_mean_8x64" in names and "silu_mul_8x128" in names
     cm = frontend.compile(imported, None, strategy=None)
     _close(cm(x), m(x).detach())
+
+
+def test_whole_tensor_reductions_fall_back_instead_of_failing():
+    class Reduce(nn.Module):
+        def forward(self, x):
+            return torch.relu(x).mean() + x.mean(dim=(2, 3)).sum()
+
+    m, x = Reduce(), torch.randn(1, 4, 6, 6)
+    cm = frontend.compile(m, (x,), strategy=None)
+    _close(cm(x), m(x))
+    assert cm.fallback_ops() == {"mean": 1, "sum": 1, "add": 1}

@@ -334,8 +334,9 @@ class _Cutter:
             op = ops.avg_pool2d(N, C, H, W, _hw(k), _hw(st), _hw(pad))
         elif name in ("adaptive_avg_pool2d", "mean"):
             if name == "mean":
-                dims = {int(d) % 4 for d in _arg(n, 1, "dim")}
-                if dims != {2, 3} or n.kwargs.get("dtype") is not None:
+                dims = _arg(n, 1, "dim")
+                if (not isinstance(dims, (list, tuple)) or {int(d) % 4 for d in dims} != {2, 3}
+                        or n.kwargs.get("dtype") is not None):
                     return self.row_reduce(n)
                 oh = ow = 1
             else:
@@ -397,6 +398,8 @@ class _Cutter:
         if op_name(chain[-1]) == BN:
             return False
         out_shape = self.shape(chain[-1])
+        if not out_shape:
+            return False                  # a scalar (0-d) result: PyTorch computes it
         known = self.known_elementwise(chain, out_shape)
         if known is not None:
             op, operands = known
