@@ -15,13 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import time
 
 import torch
 
 from tlmir import frontend, zoo
 from tlmir.frontend.models import TRANSFORMERS
+from tlmir.runtime.backend import time_calls
 
 MODELS = {
     "resnet50": lambda: (zoo.resnet50(), (torch.randn(1, 3, 224, 224),)),
@@ -32,14 +32,8 @@ MODELS = {
 
 
 def median_time(fn, repeat: int) -> float:
-    fn()
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    """Median seconds of single calls after two warm-up calls."""
+    return time_calls(fn, warmup=2, repeat=repeat, min_time=0).median
 
 
 def first_tensor(out):

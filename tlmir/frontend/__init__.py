@@ -31,10 +31,8 @@ class ImportedModel:
         return self.part.net.tasks()
 
     def fallbacks(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for s in self.part.fallbacks:
-            out[s.label] = out.get(s.label, 0) + 1
-        return out
+        """{"fallback:OP": count} of the ops PyTorch runs for want of a mapping."""
+        return {f"fallback:{k}": v for k, v in self.part.fallback_ops().items()}
 
     def describe(self) -> str:
         tasks = self.tasks()
@@ -46,9 +44,9 @@ class ImportedModel:
         for t, w in tasks:
             lines.append(f"{t.name:<{width}} {w:>5g} {t.flops / 1e6:>9.2f}")
         layout = sum(1 for s in self.part.steps if isinstance(s, TorchStep) and s.kind == "layout")
-        fb = self.fallbacks()
+        fb = self.part.fallback_ops()
         lines.append(f"layout steps in PyTorch: {layout}; fallbacks: "
-                     + (", ".join(f"{k.split(':', 1)[1]} x{v}" for k, v in fb.items()) or "none"))
+                     + (", ".join(f"{k} x{v}" for k, v in fb.items()) or "none"))
         return "\n".join(lines)
 
 
@@ -65,7 +63,7 @@ def build_tasks(tasks: list, strategy: str | None = "tlm", trials_per_task: int 
     best program, or its untuned default schedule where nothing was measured."""
     from ..runtime.backend import compile_func
     from ..schedule import create_schedule, lower
-    from ..search.tune import tune_workload
+    from ..search.tune import kernel_name, tune_workload
     hw = parse_target(target)
     results = {}
     if strategy and trials_per_task > 0 and tasks:
@@ -75,14 +73,13 @@ def build_tasks(tasks: list, strategy: str | None = "tlm", trials_per_task: int 
     kernels, sources = {}, {}
     for task, _ in tasks:
         r = results.get(task.key)
-        name = "".join(ch if ch.isalnum() else "_" for ch in task.name)
         if r is not None and r.best_trace is not None:
             sch = r.best_schedule()
             sources[task.key] = f"{strategy}, {r.measurements} measured"
         else:
             sch = create_schedule(task.outputs)
             sources[task.key] = "untuned default"
-        kernels[task.key] = compile_func(lower(sch, task.args, name), hw)
+        kernels[task.key] = compile_func(lower(sch, task.args, kernel_name(task.name)), hw)
     return Compiled(kernels, sources)
 
 

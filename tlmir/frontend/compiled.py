@@ -14,7 +14,8 @@ from torch.utils import _pytree as pytree
 
 from ..codegen_cpu.parallel import default_num_threads
 from ..errors import FrontendError
-from .capture import Graph, op_name
+from ..runtime.backend import time_calls
+from .capture import Graph
 from .partition import Partition, Subgraph, TorchStep
 
 
@@ -28,7 +29,7 @@ VIEWS = {torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default}
 class Compiled:
     """How each task is run: `kernels[task.key]`, and where its schedule came from."""
     kernels: dict
-    sources: dict = field(default_factory=dict)   # task key -> "tuned (n measured)" | "default"
+    sources: dict = field(default_factory=dict)   # task key -> "STRATEGY, N measured" | "untuned default"
 
 
 class CompiledModel:
@@ -58,7 +59,7 @@ class CompiledModel:
                 raise FrontendError(f"{step.task.name}: operand shape {o.shape} does not match "
                                     f"the kernel's {tuple(t.shape)}")
         consts = [o.const.data_ptr() if o.const is not None else None for o in step.operands]
-        return step, kernel, out_shape, consts
+        return step, kernel, out_shape, consts, self.graph.shape(step.output)
 
     def _operand(self, env: dict, op, const: int | None) -> int:
         """The data pointer of a kernel input: contiguous float32 of the operand's shape."""
@@ -110,11 +111,11 @@ class CompiledModel:
             kwargs = pytree.tree_map(lambda a: env[a] if isinstance(a, fx.Node) else a, n.kwargs)
             env[n] = n.target(*args, **kwargs)
             return
-        step, kernel, out_shape, consts = plan
+        step, kernel, out_shape, consts, value_shape = plan
         pointers = [self._operand(env, o, c) for o, c in zip(step.operands, consts)]
         out = torch.empty(out_shape, dtype=torch.float32)
         kernel.call_pointers(pointers + [out.data_ptr()], env[_THREADS])
-        env[step.output] = out.view(self.graph.shape(step.output))
+        env[step.output] = out.view(value_shape)
 
     def _outputs(self, env: dict):
         flat = []
@@ -139,11 +140,7 @@ class CompiledModel:
 
     def fallback_ops(self) -> dict[str, int]:
         """ATen ops PyTorch runs because tlmir has no mapping for them, with counts."""
-        out: dict[str, int] = {}
-        for s in self.part.fallbacks:
-            name = op_name(s.node)
-            out[name] = out.get(name, 0) + 1
-        return out
+        return self.part.fallback_ops()
 
     def step_times(self, args: Sequence, repeat: int = 5) -> list[tuple[object, float, float]]:
         """(step, tlmir seconds, PyTorch seconds) per step: medians over `repeat` runs. The
@@ -202,9 +199,9 @@ class CompiledModel:
         fb = self.fallback_ops()
         lines.append("PyTorch fallbacks: " + (", ".join(f"{k} x{v}" for k, v in fb.items()) or "none"))
         if eager is not None:
-            t_ours = _median_time(lambda: self(*args), repeat)
+            t_ours = time_calls(lambda: self(*args), warmup=1, repeat=repeat, min_time=0).median
             with torch.no_grad():
-                t_eager = _median_time(lambda: eager(*args), repeat)
+                t_eager = time_calls(lambda: eager(*args), warmup=1, repeat=repeat, min_time=0).median
             lines.append(f"end to end: tlmir {t_ours * 1e3:.3f} ms, PyTorch eager {t_eager * 1e3:.3f} ms "
                          f"({t_eager / t_ours:.2f}x PyTorch)")
         return "\n".join(lines)
@@ -214,12 +211,3 @@ class CompiledModel:
             return "PyTorch"
         return self.compiled.sources.get(step.task.key, "")
 
-
-def _median_time(fn, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(max(1, repeat)):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)

@@ -13,35 +13,24 @@ import torch
 from ..errors import FrontendError
 
 
-def _bert(**kw):
-    from transformers import BertConfig, BertModel
-    cfg = BertConfig(**kw)
+def _built(family: str, model_kw: dict | None = None, **config_kw):
+    """(transformers' `{family}Model` from `{family}Config(**config_kw)`, eager attention;
+    its vocabulary size)."""
+    import transformers
+    cfg = getattr(transformers, f"{family}Config")(**config_kw)
     cfg._attn_implementation = "eager"
-    return BertModel(cfg, add_pooling_layer=False), cfg.vocab_size
+    return getattr(transformers, f"{family}Model")(cfg, **(model_kw or {})), cfg.vocab_size
 
 
-def _gpt2(**kw):
-    from transformers import GPT2Config, GPT2Model
-    cfg = GPT2Config(**kw)
-    cfg._attn_implementation = "eager"
-    return GPT2Model(cfg), cfg.vocab_size
-
-
-def _llama(**kw):
-    from transformers import LlamaConfig, LlamaModel
-    cfg = LlamaConfig(**kw)
-    cfg._attn_implementation = "eager"
-    return LlamaModel(cfg), cfg.vocab_size
-
-
+_BERT = dict(model_kw=dict(add_pooling_layer=False))
 TRANSFORMERS: dict[str, Callable] = {
-    "bert-base": lambda: _bert(),
-    "bert-large": lambda: _bert(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
-                                intermediate_size=4096),
-    "bert-tiny": lambda: _bert(hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
-                               intermediate_size=512),
-    "gpt2": lambda: _gpt2(),
-    "llama-7b-layer": lambda: _llama(hidden_size=4096, intermediate_size=11008,
+    "bert-base": lambda: _built("Bert", **_BERT),
+    "bert-large": lambda: _built("Bert", **_BERT, hidden_size=1024, num_hidden_layers=24,
+                                 num_attention_heads=16, intermediate_size=4096),
+    "bert-tiny": lambda: _built("Bert", **_BERT, hidden_size=128, num_hidden_layers=2,
+                                num_attention_heads=2, intermediate_size=512),
+    "gpt2": lambda: _built("GPT2"),
+    "llama-7b-layer": lambda: _built("Llama", hidden_size=4096, intermediate_size=11008,
                                      num_hidden_layers=1, num_attention_heads=32,
                                      num_key_value_heads=32, vocab_size=32000),
 }

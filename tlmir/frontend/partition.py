@@ -78,6 +78,14 @@ class Partition:
     def fallbacks(self) -> list[TorchStep]:
         return [s for s in self.steps if isinstance(s, TorchStep) and s.kind == "fallback"]
 
+    def fallback_ops(self) -> dict[str, int]:
+        """ATen ops PyTorch runs because tlmir has no mapping for them, with counts."""
+        out: dict[str, int] = {}
+        for s in self.fallbacks:
+            name = op_name(s.node)
+            out[name] = out.get(name, 0) + 1
+        return out
+
 
 def _pair(v) -> tuple[int, int]:
     if isinstance(v, (list, tuple)):

@@ -45,7 +45,7 @@ class TuneResult:
     def build(self):
         """The best kernel found, compiled in this process."""
         from ..build import build
-        return build(self.best_schedule(), self.task.args, name=_ident(self.task.name))
+        return build(self.best_schedule(), self.task.args, name=kernel_name(self.task.name))
 
     def to_dict(self) -> dict:
         return {"name": self.task.name, "key": self.task.key, "flops": self.task.flops,
@@ -55,7 +55,8 @@ class TuneResult:
                 "trace": self.best_trace.to_dict() if self.best_trace else None}
 
 
-def _ident(name: str) -> str:
+def kernel_name(name: str) -> str:
+    """A task name as a symbol name (what a compiled kernel is called)."""
     return "".join(ch if ch.isalnum() else "_" for ch in name) or "kernel"
 
 
