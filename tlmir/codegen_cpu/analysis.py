@@ -100,6 +100,3 @@ def captures(s: S.Stmt, vars_: dict, bufs: dict) -> tuple[list[E.Var], list[S.Bu
     return list(seen_v.values()), list(seen_b.values())
 
 
-def stored_buffers(func: S.PrimFunc) -> set[int]:
-    """ids of the buffers `func` writes: its outputs, which must be writeable arrays."""
-    return {id(s.buffer) for s in S.walk_stmt(func.body) if isinstance(s, S.Store)}

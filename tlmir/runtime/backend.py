@@ -22,7 +22,7 @@ from typing import Callable, Protocol
 import numpy as np
 
 from ..errors import ArgumentError, BuildError
-from ..ir.stmt import PrimFunc
+from ..ir.stmt import PrimFunc, Store, walk_stmt
 from .target import HardwareParams, host_hardware
 
 # name -> the module whose import registers that backend (loaded on first use)
@@ -99,6 +99,12 @@ def compile_func(func: PrimFunc, hw: HardwareParams | None = None, backend: str 
     if hw is not None and not b.supports(hw):
         raise BuildError(f"{func.name}: backend {b.name!r} cannot compile for {hw.key}")
     return b.compile(func, hw)
+
+
+def stored_buffers(func: PrimFunc) -> set[int]:
+    """ids of the buffers `func` writes: its outputs, which must be writeable arrays
+    (`check_arguments`'s `written`; a kernel computes it once)."""
+    return {id(s.buffer) for s in walk_stmt(func.body) if isinstance(s, Store)}
 
 
 def check_arguments(func: PrimFunc, arrays: tuple, written: set[int]) -> None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.stmt import PrimFunc, Store, walk_stmt
-from .backend import Timing, check_arguments, register_backend, time_calls
+from ..ir.stmt import PrimFunc
+from .backend import Timing, check_arguments, register_backend, stored_buffers, time_calls
 from .interpreter import compile_interpreted
 from .target import HardwareParams
 
@@ -20,7 +20,7 @@ class InterpretedKernel:
         self.func = func
         self.num_threads: int | None = None  # accepted for the interface; the interpreter runs serially
         self._run = compile_interpreted(func)
-        self._outputs = {id(s.buffer) for s in walk_stmt(func.body) if isinstance(s, Store)}
+        self._outputs = stored_buffers(func)
 
     @property
     def source(self) -> str:
