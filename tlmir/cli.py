@@ -123,9 +123,8 @@ def cmd_tune(args) -> None:
         print(f"weighted latency of {args.workload}: {res.weighted_seconds * 1e3:.3f} ms "
               f"after {res.measurements} measurements")
     if imported is not None and not args.json:
-        from .frontend import CompiledModel, build_tasks
-        built = build_tasks(imported.tasks(), args.strategy, args.trials_per_task or 64, args.db,
-                            args.target, args.model, progress=False)
+        from .frontend import CompiledModel, build_kernels
+        built = build_kernels(tasks, results, args.strategy, args.target)   # the programs just found
         cm = CompiledModel(imported.graph, imported.part, built, imported.name)
         print(cm.report(args=list(inputs), eager=module))
     if args.json:

@@ -61,18 +61,25 @@ def build_tasks(tasks: list, strategy: str | None = "tlm", trials_per_task: int 
                 progress: bool = True) -> Compiled:
     """Tune `tasks` ([(Task, weight)]) with `strategy` (None: no tuning) and build each one's
     best program, or its untuned default schedule where nothing was measured."""
+    from ..search.tune import tune_workload
+    results = []
+    if strategy and trials_per_task > 0 and tasks:
+        results = tune_workload(tasks, trials_per_task, strategy=strategy, db=db, hw=parse_target(target),
+                                progress=progress, model=tlm_model).results
+    return build_kernels(tasks, results, strategy, target)
+
+
+def build_kernels(tasks: list, results: list, strategy: str | None, target: str = "cpu") -> Compiled:
+    """Each task's best program among `results` (TuneResults of `strategy`), or its untuned
+    default schedule where nothing was measured, compiled for `target`."""
     from ..runtime.backend import compile_func
     from ..schedule import create_schedule, lower
-    from ..search.tune import kernel_name, tune_workload
+    from ..search.tune import kernel_name
     hw = parse_target(target)
-    results = {}
-    if strategy and trials_per_task > 0 and tasks:
-        wr = tune_workload(tasks, trials_per_task, strategy=strategy, db=db, hw=hw,
-                           progress=progress, model=tlm_model)
-        results = {r.task.key: r for r in wr.results}
+    by_key = {r.task.key: r for r in results}
     kernels, sources = {}, {}
     for task, _ in tasks:
-        r = results.get(task.key)
+        r = by_key.get(task.key)
         if r is not None and r.best_trace is not None:
             sch = r.best_schedule()
             sources[task.key] = f"{strategy}, {r.measurements} measured"
@@ -98,5 +105,5 @@ def compile(model: torch.nn.Module, example_inputs: Sequence, strategy: str | No
     return CompiledModel(imported.graph, imported.part, built, imported.name)
 
 
-__all__ = ["ImportedModel", "CompiledModel", "import_model", "compile", "build_tasks",
+__all__ = ["ImportedModel", "CompiledModel", "import_model", "compile", "build_tasks", "build_kernels",
            "capture", "capture_fx", "partition", "Subgraph", "TorchStep"]
