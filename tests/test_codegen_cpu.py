@@ -79,17 +79,69 @@ def test_vector_widths_are_narrow_or_powers_of_two(n, widths):
 
 def test_strided_gather_scatter_and_broadcast_load():
     n = 16
-    A, O = Buffer("A", (2 * n,), "float64"), Buffer("O", (2 * n,), "float64")
+    A, O = Buffer("A", (5 * n,), "float64"), Buffer("O", (2 * n,), "float64")
     i = Var("i")
-    body = seq(Store(O, i * 2, Load(A, i * 2 + 1) + Load(A, c(0))),  # gather, broadcast
+    body = seq(Store(O, i * 2, Load(A, i * 5 + 1) + Load(A, c(0))),  # gather, broadcast
                Store(O, i * 2 + 1, Cast("float64", i)))               # scatter
     f = PrimFunc("strided", [A, O], loop(i, n, "vectorized", body))
     assert "masked.gather" in emit_module(f) and "masked.scatter" in emit_module(f)
-    a = RNG.random(2 * n)
+    a = RNG.random(5 * n)
     out = np.zeros(2 * n)
     compile_func(f)(a, out)
-    np.testing.assert_allclose(out[0::2], a[1::2] + a[0])
+    np.testing.assert_allclose(out[0::2], a[1::5] + a[0])
     np.testing.assert_array_equal(out[1::2], np.arange(n))
+
+
+def fenced(count: int, dtype: str, side: str) -> np.ndarray:
+    """A `count`-element array that ends (side "end") or starts ("start") at a page that
+    cannot be read: a load outside it faults instead of passing unnoticed."""
+    import ctypes
+    import mmap
+    page, nbytes = mmap.PAGESIZE, count * np.dtype(dtype).itemsize
+    pages = -(-nbytes // page)
+    mem = mmap.mmap(-1, (pages + 1) * page)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(mem))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    fence = base + pages * page if side == "end" else base
+    assert libc.mprotect(fence, page, 0) == 0
+    start = (pages * page - nbytes) if side == "end" else page
+    return np.frombuffer(mem, dtype, count, start)  # the array keeps the mapping alive
+
+
+@pytest.mark.parametrize("s", [2, 3, 4])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_small_constant_strides_are_contiguous_loads_and_a_shuffle(s, dtype):
+    """A stride-2 conv's input row: s vector loads and a shuffle, never a read past the
+    last lane's element (the array ends at an unreadable page)."""
+    n = 16 if dtype == "float32" else 8
+    size = s * (n - 1) + 2
+    A, O = Buffer("A", (size,), dtype), Buffer("O", (n,), dtype)
+    i = Var("i")
+    f = PrimFunc(f"stride{s}_{dtype}", [A, O], loop(i, n, "vectorized", Store(O, i, Load(A, i * s + 1))))
+    text = emit_module(f)
+    assert "masked.gather" not in text and "shufflevector" in text
+    a = fenced(size, dtype, "end")
+    a[:] = RNG.random(size)
+    out = np.zeros(n, dtype)
+    compile_func(f)(a, out)
+    np.testing.assert_array_equal(out, a[1::s])
+
+
+def test_guarded_strided_load_reads_only_the_lanes_it_keeps():
+    """A padded stride-2 read (lane 0 would read A[-1]): the guard masks the loads, the
+    array starts right after an unreadable page."""
+    n, size = 16, 31
+    A, O = Buffer("A", (size,), "float32"), Buffer("O", (n,), "float32")
+    i = Var("i")
+    val = Select(i >= 1, Load(A, i * 2 - 1), Const(0.0, "float32"))
+    f = PrimFunc("pad_stride2", [A, O], loop(i, n, "vectorized", Store(O, i, val)))
+    assert "masked.gather" not in emit_module(f)
+    a = fenced(size, "float32", "start")
+    a[:] = RNG.random(size, dtype=np.float32)
+    out = np.full(n, 7.0, np.float32)
+    compile_func(f)(a, out)
+    np.testing.assert_array_equal(out, np.concatenate([[0.0], a[1::2]]).astype(np.float32))
 
 
 @pytest.mark.parametrize("kind", ["serial", "vectorized"])

@@ -32,6 +32,9 @@ FLOAT_FLAGS = ("contract",)  # lets the backend fuse a*b+c into FMA, nothing mor
 REDUCE_FLAGS = ("reassoc", "contract")
 # Division: `arcp` lets LLVM multiply by a reciprocal computed once for a repeated divisor.
 DIV_FLAGS = ("arcp",)
+# vector loads with a constant stride up to this are contiguous loads + a shuffle, not a
+# gather: s loads of n lanes and a permute beat n scalar loads while s stays small
+MAX_SHUFFLED_STRIDE = 4
 
 
 def value_type(dtype: str) -> ir.Type:
@@ -426,12 +429,49 @@ class ExprEmitter:
                 p = self.gep(ptr, self.index(e.index), dt, inbounds=mask is None)
             v = (bd.load(p, typ=vt, align=align) if mask is None
                  else self.masked("load", [p, mask, zero], vt, align))
+        elif s is not None and 1 < s <= MAX_SHUFFLED_STRIDE:
+            v = self.strided_load(ptr, e.index, s, dt, mask)
         else:
             idx = self.splat(self.index(e.index), n)
             ptrs = self.gep(self.splat(ptr, n), idx, dt, inbounds=mask is None)
             mask = self.const(True, "bool", n) if mask is None else mask
             v = self.masked("gather", [ptrs, mask, zero], vt, align)
         return self.from_mem(v, dt)
+
+    def strided_load(self, ptr: ir.Value, index: E.Expr, s: int, dt: str,
+                     mask: ir.Value | None) -> ir.Value:
+        """Lanes base, base+s, ..., base+(n-1)s of a load with a small constant stride `s`
+        (a stride-2 conv's input row): s contiguous n-lane loads and one shuffle, where a
+        gather costs a load per lane. Element j of the span is read only if it is lane
+        j/s's and that lane's guard holds (masked loads never fault), so nothing is read
+        that the gather would not have read."""
+        n, bd = self.lanes.n, self.b
+        vt, align = self.ty(dt, n, mem=True), elem_size(dt)
+        with self.scalar_view():
+            base = self.gep(ptr, self.index(index), dt, inbounds=mask is None)
+        span = (n - 1) * s + 1
+        off = self.const(False, "bool", n)
+        parts = []
+        for start in range(0, span, n):
+            p = self.gep(base, ir.Constant(I64, start), dt, inbounds=mask is None)
+            if mask is None and span - start >= n:
+                parts.append(bd.load(p, typ=vt, align=align))
+                continue
+            lanes = [(start + i) // s if (start + i) % s == 0 and start + i < span else None
+                     for i in range(n)]
+            if mask is None:
+                keep = ir.Constant(ir.VectorType(I1, n), [ir.Constant(I1, int(x is not None))
+                                                         for x in lanes])
+            else:
+                keep = self.shuffle(mask, off, [n if x is None else x for x in lanes])
+            parts.append(self.masked("load", [p, keep, ir.Constant(vt, None)], vt, align))
+        while len(parts) > 1:  # concatenate pairwise: element j of the span is lane j
+            if len(parts) % 2:
+                parts.append(ir.Constant(parts[-1].type, None))
+            parts = [self.shuffle(a, b, list(range(2 * lanes_of(a))))
+                     for a, b in zip(parts[::2], parts[1::2])]
+        whole = parts[0]
+        return self.shuffle(whole, ir.Constant(whole.type, ir.Undefined), [i * s for i in range(n)])
 
 
 _CMP = {E.LT: "<", E.LE: "<=", E.EQ: "==", E.NE: "!="}
