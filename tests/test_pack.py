@@ -138,7 +138,7 @@ def test_pack_repeats_count_loops_over_axes_the_pack_does_not_use(i_outer):
     loop over 2-row tiles inside it, once per 2 rows (8 in all); inside D, whose i loop
     bound inference cuts to the 2 rows of the tile, once per row."""
     from tlmir.schedule.packing import pack_repeats
-    from tlmir.schedule.space import _attach_chain
+    from tlmir.schedule.rules.cpu import _attach_chain
     s, pack, fused, iio = dense_with_tiles(i_outer)
     reader = s.stage("D")
     rep = pack_repeats(pack, _attach_chain(reader))
@@ -150,7 +150,7 @@ def test_pack_repeats_count_loops_over_axes_the_pack_does_not_use(i_outer):
 def w_pack_repeat(sch) -> int:
     """How many times `sch` copies each element of W into W.pack per call (1 at root)."""
     from tlmir.schedule.packing import pack_repeats
-    from tlmir.schedule.space import _attach_chain
+    from tlmir.schedule.rules.cpu import _attach_chain
     pk = sch.stage("W.pack")
     if pk.attach[0] != "at":
         return 1

@@ -43,12 +43,13 @@ from ..ir.expr import expr_str
 from ..ir.tensor import ComputeOp
 from ..runtime.target import HardwareParams
 from ..schedule.decider import Trace
+from ..schedule.rules import question_keywords
 
 VERSION = "v4"  # the one version this tlmir reads and writes
 LISTED_KINDS = ("at", "parallel")  # questions that list their options before `=`
 NUMBERED_KINDS = ("at",)  # ... numbered, and answered by the number
 BOS, EOS = "<s>", "</s>"
-QUESTION_KEYWORDS = ("tile", "at", "parallel", "vec", "unroll")
+QUESTION_KEYWORDS = question_keywords()  # what the rule sets ask (schedule.rules)
 STRUCTURAL_WORDS = (BOS, EOS, VERSION, "task", "hw", "sketch", "stage", "input", "read",
                     "sp", "rd", "elem", "reduce", "=")
 RESERVED_WORDS = STRUCTURAL_WORDS + QUESTION_KEYWORDS

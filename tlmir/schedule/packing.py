@@ -70,7 +70,7 @@ def pack_repeats(pack, chain: list[tuple]) -> dict[int, int]:
     each copy is a different part of it.
 
     `chain`: the reader of `pack` and the stages it is attached inside, innermost first,
-    each with the loop the chain enters it by (space._attach_chain). An axis of a stage is
+    each with the loop the chain enters it by (rules.cpu._attach_chain). An axis of a stage is
     relevant when its variable indexes the pack (the reader) or indexes, in the stage's
     reads of the next stage inward, a relevant axis of that stage; a stage that does not
     read the next one directly counts every axis as relevant. Trip counts are those bound

@@ -1,0 +1,64 @@
+"""Derivation rules are chosen by the target's kind: a rule set plugs in with one entry,
+and SearchSpace, sampling and replay go through it."""
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import numpy as np
+import pytest
+
+from tlmir import ops
+from tlmir.build import build
+from tlmir.errors import ScheduleError
+from tlmir.lm.language import QUESTION_KEYWORDS
+from tlmir.runtime.target import HardwareParams, SearchParams
+from tlmir.schedule import create_schedule
+from tlmir.schedule.rules import RULE_SETS, Sketch, question_keywords, rule_set
+from tlmir.schedule.space import SearchSpace
+
+HW = HardwareParams(cores=2, l1_kb=32, l2_kb=1024)
+
+
+class OneLoopRules:
+    """A toy target kind: one sketch, which asks whether to parallelize the outermost loop."""
+    kind = "toy"
+    questions = ("parallel",)
+
+    def sketches(self, outputs, hw, sp):
+        return [Sketch((("all", "default", None),))]
+
+    def build(self, outputs, sketch, ask, hw, sp):
+        s = create_schedule(outputs)
+        st = s[outputs[0]]
+        if ask.choice(f"parallel {st.name}", [0, 1]):
+            st.parallel(st.leaf_iter_vars[0])
+        return s
+
+
+def test_the_cpu_rule_set_is_the_default_and_asks_the_language_s_questions():
+    assert rule_set("cpu") is RULE_SETS["cpu"]
+    assert question_keywords() == QUESTION_KEYWORDS == ("tile", "at", "parallel", "vec", "unroll")
+    op = ops.matmul(64, 64, 64)
+    space = SearchSpace(op.outputs, HW)
+    assert space.rules is RULE_SETS["cpu"] and len(space.sketches) > 1
+
+
+def test_an_unknown_target_kind_is_a_clear_error():
+    with pytest.raises(ScheduleError, match="no derivation rules for target kind 'tpu'.*cpu"):
+        SearchSpace(ops.matmul(8, 8, 8).outputs, dataclasses.replace(HW, kind="tpu"))
+
+
+def test_a_new_rule_set_plugs_in_with_one_entry(monkeypatch):
+    monkeypatch.setitem(RULE_SETS, "toy", OneLoopRules())
+    op = ops.add((4, 64))
+    space = SearchSpace(op.outputs, dataclasses.replace(HW, kind="toy"), SearchParams())
+    assert len(space.sketches) == 1
+    sch, trace = space.sample(random.Random(1))
+    again = space.replay(trace)
+    ins = op.random_inputs(0)
+    for s in (sch, again):
+        out = np.zeros(op.outputs[0].shape, "float32")
+        build(s, op.args)(*ins, out)
+        np.testing.assert_allclose(out, op.reference(*ins)[0], rtol=1e-6)
+    assert trace.sketch == 0 and [q for q, _ in trace.decisions] == ["parallel add"]

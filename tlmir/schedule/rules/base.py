@@ -1,0 +1,39 @@
+"""What every target kind's rule set provides: sketches (plain data, one rule per stage)
+and the application of a sketch to a Decider's answers."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from ...runtime.target import HardwareParams, SearchParams
+    from ..decider import Decider
+    from ..schedule import Schedule
+
+
+@dataclass(frozen=True)
+class Sketch:
+    rules: tuple  # ((stage_name, rule, arg), ...) output-first
+
+    def rule_of(self, name: str) -> tuple | None:
+        return next(((r, a) for s, r, a in self.rules if s == name), None)
+
+    def __str__(self) -> str:
+        return ", ".join(f"{s}:{r}{'' if a is None else a}" for s, r, a in self.rules)
+
+
+class RuleSet(Protocol):
+    """Derivation rules of one target kind. `questions`: the first word of every question
+    its sketches ask (the tensor language's question keywords come from here)."""
+    kind: str
+    questions: tuple[str, ...]
+
+    def sketches(self, outputs, hw: HardwareParams, sp: SearchParams) -> list[Sketch]:
+        """All sketches of the computation of `outputs`, in a deterministic order (a
+        sketch's index is its id in traces and records)."""
+        ...
+
+    def build(self, outputs, sketch: Sketch, ask: Decider, hw: HardwareParams,
+              sp: SearchParams) -> Schedule:
+        """Apply `sketch`, asking `ask` every question."""
+        ...

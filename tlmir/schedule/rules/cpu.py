@@ -1,0 +1,350 @@
+"""Ansor's CPU derivation rules: sketches of a computation, and a sketch applied to a Decider's answers.
+
+A sketch is plain data — one rule per stage, chosen output-first:
+  inline          compute_inline (strictly inlinable stages)
+  skip            keep the stage; its innermost spatial loop is split for vectorization
+  tile            multi-level tiling SSRSRS
+  tile_fuse L     tiling, with the single element-wise consumer following the tiles and
+                  the stage computed at the consumer's level-L loop (L = 1, 2)
+  cache_write L   cache_write(local); the local stage is tiled and fused at level L into
+                  the copy-out stage
+  rfactor V       reduction loops fused, split in two, rfactor on the outer (V=0) or
+                  inner (V=1) part
+Rule `pack` (an input read through a transposed copy or a panel, schedule.packing) is
+appended to the sketches it applies to, after every plain sketch. `build_schedule`
+applies a sketch and asks the Decider every question (tile sizes, then compute
+locations, parallel, vectorize and unroll per stage, consumers first).
+"""
+from __future__ import annotations
+
+from ...ir.dag import ComputeDAG
+from ...runtime.target import HardwareParams, SearchParams
+from ..decider import Decider
+from ..packing import pack_layouts, pack_repeats
+from ..schedule import Schedule, Stage, create_schedule
+from .base import Sketch
+
+
+# ------------------------------------------------------------------- sketch generation
+
+def _elementwise_consumer(dag: ComputeDAG, name: str, inlined: set) -> str | None:
+    """The single consumer (seen through inlined stages) that reads `name` element-wise
+    with the same shape, or None (Ansor's HasSingleElementwiseMatchedConsumer)."""
+    me = dag[name]
+    found: list[str] = []
+
+    def walk(producer: str) -> bool:
+        for c in dag[producer].consumers:
+            facts = dag[c]
+            acc = next(a for a in facts.reads if a.tensor == producer)
+            if not acc.simple or acc.missing_spatial or facts.op.shape != me.op.shape:
+                return False
+            if c in inlined:
+                if not walk(c):
+                    return False
+            elif c not in found:
+                found.append(c)
+        return True
+
+    ok = walk(name)
+    return found[0] if ok and len(found) == 1 else None
+
+
+def _needs_rfactor(facts, hw: HardwareParams, sp: SearchParams) -> bool:
+    if facts.kind != "reduction":
+        return False
+    space = 1
+    for a in facts.op.axis:
+        space *= a.extent
+    red = 1
+    for a in facts.op.reduce_axis:
+        red *= a.extent
+    if facts.needs_multi_level_tiling:
+        return space <= red and space <= sp.parallel_factor * hw.cores
+    return red > hw.cores
+
+
+def generate_sketches(outputs, hw: HardwareParams, sp: SearchParams) -> list[Sketch]:
+    """All sketches of a computation, in a deterministic order."""
+    dag = ComputeDAG(outputs)
+    stages = [s for s in reversed(dag.stages) if s.kind != "placeholder"]
+    partial: list[tuple] = [()]
+    for facts in stages:
+        grown = []
+        for rules in partial:
+            done = {s: r for s, r, _ in rules}
+            inlined = {s for s, r in done.items() if r == "inline"}
+            for rule, arg in _stage_rules(dag, facts, inlined, done, hw, sp):
+                grown.append(rules + ((facts.name, rule, arg),))
+        partial = grown
+    return [Sketch(r) for r in partial] + [Sketch(r) for r in _pack_variants(dag, partial)]
+
+
+_TILED = ("tile", "tile_fuse", "cache_write")
+
+
+def _pack_variants(dag: ComputeDAG, sketches: list[tuple]) -> list[tuple]:
+    """Each sketch with a multi-level-tiled stage that reads an input worth packing
+    (indexed by its vectorized axis and a reduction: packing.pack_layouts), again with that
+    input packed: rule entries (input, "pack", stage) at the end. Appended after every
+    plain sketch, so the plain sketches keep their ids (and their traces and records)."""
+    out = []
+    for rules in sketches:
+        packs = tuple((name, "pack", s) for s, r, _ in rules if r in _TILED
+                      for name, _ in pack_layouts(dag[s].op))
+        if packs:
+            out.append(rules + packs)
+    return out
+
+
+def _stage_rules(dag, facts, inlined, done, hw, sp) -> list[tuple]:
+    if facts.strictly_inlinable and not facts.is_output:
+        return [("inline", None)]
+    out = []
+    if _needs_rfactor(facts, hw, sp):
+        out += [("rfactor", 0), ("rfactor", 1)]
+    if facts.needs_multi_level_tiling:
+        consumer = _elementwise_consumer(dag, facts.name, inlined)
+        fusable = consumer is not None and done.get(consumer) == "skip"
+        if not fusable:
+            out += [("cache_write", 1), ("cache_write", 2)]
+            return out + [("tile", None)]
+        return out + [("tile_fuse", 1), ("tile_fuse", 2), ("tile", None)]
+    return out + [("skip", None)]
+
+
+# ------------------------------------------------------------------- sketch application
+
+class _Builder:
+    def __init__(self, outputs, sketch: Sketch, ask: Decider, hw: HardwareParams, sp: SearchParams):
+        self.s: Schedule = create_schedule(outputs)
+        self.dag = ComputeDAG(outputs)
+        self.inlined = {s for s, r, _ in sketch.rules if r == "inline"}
+        self.sketch, self.ask, self.hw, self.sp = sketch, ask, hw, sp
+        self.tiled: set[str] = set()      # stages with multi-level tiling (no more annotation)
+        self.followers: set[str] = set()  # consumers that follow a producer's tiles
+        self.packs: set[str] = set()      # packed copies of inputs (rule `pack`)
+
+    def run(self) -> Schedule:
+        fused_into = {self._consumer_of(s): s for s, r, _ in self.sketch.rules if r == "tile_fuse"}
+        for name, rule, arg in self.sketch.rules:
+            st = self.s.stage(name)
+            if rule == "inline":
+                st.compute_inline()
+            elif rule == "skip" and name not in fused_into:
+                self._split_for_vector(st)
+            elif rule == "tile":
+                self._tile(st)
+            elif rule == "tile_fuse":
+                self._tile_fuse(st, self.s.stage(self._consumer_of(name)), arg)
+            elif rule == "cache_write":
+                local = self.s[self.s.cache_write(st.op.output(), "local")]
+                self._tile_fuse(local, st, arg)
+            elif rule == "rfactor":
+                self._rfactor(st, arg)
+            elif rule == "pack":
+                self._pack(st, arg)
+        for st in reversed(self.s.stages):
+            if not st.is_placeholder and st.attach[0] != "inline":
+                self._annotate(st)
+        return self.s
+
+    def _consumer_of(self, name: str) -> str:
+        return _elementwise_consumer(self.dag, name, self.inlined)
+
+    # --- structure
+    def _split(self, st: Stage, iv, factors) -> list:
+        """Split `iv` into len(factors) loops with these extents, outermost first."""
+        ivs, cur = [], iv
+        for f in reversed(factors[1:]):
+            cur, inner = st.split(cur, factor=f)
+            ivs.insert(0, inner)
+        return [cur] + ivs
+
+    def _split_for_vector(self, st: Stage) -> None:
+        sp = st.op.axis
+        if sp[-1].extent > 1:
+            outer, inner = self._split(st, sp[-1], self.ask.tile(
+                f"tile {st.name}.{sp[-1].name}", sp[-1].extent, 2, self.sp.max_vector_len))
+            if st.op.reduce_axis:
+                st.reorder(*(list(sp[:-1]) + [outer] + list(st.op.reduce_axis) + [inner]))
+
+    def _tile(self, st: Stage) -> list[tuple]:
+        """SSRSRS multi-level tiling; returns each spatial axis's factors."""
+        levels = [[] for _ in range(4)]
+        rlevels = [[], []]
+        factors = []
+        for a in st.op.axis:
+            f = self.ask.tile(f"tile {st.name}.{a.name}", a.extent, 4, self.sp.max_innermost_factor)
+            for lvl, iv in zip(levels, self._split(st, a, f)):
+                lvl.append(iv)
+            factors.append(f)
+        for a in st.op.reduce_axis:
+            f = self.ask.tile(f"tile {st.name}.{a.name}", a.extent, 2, self.sp.max_innermost_factor)
+            for lvl, iv in zip(rlevels, self._split(st, a, f)):
+                lvl.append(iv)
+        st.reorder(*(levels[0] + levels[1] + rlevels[0] + levels[2] + rlevels[1] + levels[3]))
+        self.tiled.add(st.name)
+        return factors
+
+    def _tile_fuse(self, st: Stage, consumer: Stage, level: int) -> None:
+        factors = self._tile(st)
+        parts = []
+        for a, f in zip(consumer.op.axis, factors):
+            follow = (f[0], f[1] * f[2] * f[3]) if level == 1 else (f[0], f[1], f[2] * f[3])
+            parts.append(self._split(consumer, a, follow))
+        order = [p[k] for k in range(level + 1) for p in parts]
+        consumer.reorder(*order)
+        st.compute_at(consumer, parts[-1][level - 1])
+        self.followers.add(consumer.name)
+
+    def _rfactor(self, st: Stage, variant: int) -> None:
+        red = list(st.op.reduce_axis)
+        r = st.fuse(*red) if len(red) > 1 else red[0]
+        f = self.ask.tile(f"tile {st.name}.{r.name}", r.extent, 2, self.sp.max_innermost_factor)
+        ro, ri = self._split(st, r, f)
+        rf = self.s[self.s.rfactor(st.op.output(), ri if variant else ro)]
+        fa, *spatial = rf.op.axis
+        rf.reorder(*(spatial + list(rf.op.reduce_axis) + [fa]))
+
+    def _pack(self, src: Stage, reader: str) -> None:
+        """cache_read `src` into `src.pack` with the tiled stage's vectorized dimension last
+        (a transposed copy, or a panel in `src`'s own layout);
+        the stage that computes the tiles (`reader`, or its `.local` copy) reads it. Where it
+        is computed (`at src.pack`) sets the panel: once per outer tile of that dimension
+        up to once per inner tile."""
+        layout = dict(pack_layouts(self.dag[reader].op))[src.name]
+        if self.sketch.rule_of(reader)[0] == "cache_write":
+            reader = f"{reader}.local"
+        cache = self.s.cache_read(src.op.output(), "global", [self.s.stage(reader).op.output()],
+                                  layout=layout)
+        pack = self.s[cache]
+        self.packs.add(pack.name)
+        if list(layout) == sorted(layout):  # a panel: its rows are vectors
+            self._split_for_vector(pack)
+
+    # --- annotations (consumers first)
+    def _annotate(self, st: Stage) -> None:
+        if st.attach[0] == "root" and st.name not in self.tiled and st.name not in self.followers:
+            self._location(st)
+        if st.attach[0] == "inline":
+            return
+        if st.attach[0] == "root":
+            self._parallel(st)
+        self._vectorize(st)
+        st.pragma(st.leaf_iter_vars[0], "auto_unroll_max_step",
+                  self.ask.choice(f"unroll {st.name}", self.sp.unroll_steps))
+
+    def _location(self, st: Stage) -> None:
+        if st.origin_op in self.s.outputs:
+            return
+        readers = self.s.readers_of(st)
+        options = ["root"]
+        if not st.op.reduce_axis and st.name not in self.packs:  # an inlined pack = no pack
+            options.append("inline")
+        loops: dict[str, tuple] = {}
+        too_often: list[str] = []  # pack locations over the limit: replayed, never offered
+        if st.name in self.packs:
+            loops = _enclosing_loops(readers[0])
+            repeats = pack_repeats(st.op.output(), _attach_chain(readers[0]))
+            too_often = [k for k, v in loops.items() if repeats[id(v[1])] > self.sp.pack_max_repeat]
+        elif len(readers) == 1 and readers[0].attach[0] != "inline":
+            loops = _loops_of(readers[0])
+        elif len(readers) > 1:
+            loops = _common_parent_loops(readers)
+        where = self.ask.choice(f"at {st.name}", options + [k for k in loops if k not in too_often], too_often)
+        if where == "inline":
+            st.compute_inline()
+        elif where != "root":
+            st.compute_at(*loops[where])
+
+    def _parallel(self, st: Stage) -> None:
+        loops = st.leaf_iter_vars
+        limit = self.sp.parallel_factor * self.hw.cores
+        k, prod = 0, 1
+        while k < len(loops) and loops[k].kind == "spatial" and prod < limit:
+            prod *= loops[k].extent
+            k += 1
+            if self._attached_at(st, loops[k - 1]):  # may end a fuse, never sit inside one
+                break
+        if k == 0:
+            return
+        n = self.ask.choice(f"parallel {st.name}", list(range(1, k + 1)))
+        st.parallel(st.fuse(*loops[:n]) if n > 1 else loops[0])
+
+    def _vectorize(self, st: Stage) -> None:
+        last = st.leaf_iter_vars[-1]
+        if (last.kind == "spatial" and 1 < last.extent <= self.sp.max_vector_len
+                and st.iter_kind.get(last) is None and not self._attached_at(st, last)):
+            if self.ask.choice(f"vec {st.name}", [0, 1]):
+                st.vectorize(last)
+
+    def _attached_at(self, st: Stage, iv) -> bool:
+        return any(x.attach[0] == "at" and x.attach[1] is st and x.attach[2] is iv for x in self.s.stages)
+
+
+def _common_parent_loops(readers: list[Stage]) -> dict[str, tuple]:
+    """Where a stage with several readers can be computed (Ansor's GetSingleConsumerId,
+    through chains of attach points): at the loops of the nearest stage P that every
+    reader is, or is attached inside, that lie outside (or at) the loop through which each
+    reader enters P. Softmax computes `exp` (read by `sum` and `out`) and layernorm `mean`
+    (read by `var` or `var.rf`, and `out`) once per row this way; without it their only
+    choices are a whole extra pass through memory or recomputation (inline)."""
+    chains = [dict(_attach_chain(r)) for r in readers]  # stage -> loop the reader enters it by
+    if any(list(c)[-1].attach[0] == "inline" for c in chains):
+        return {}
+    parent = next((p for p in chains[0] if all(p in c for c in chains[1:])), None)
+    if parent is None:
+        return {}
+    leaves = parent.leaf_iter_vars
+    entry = min((c[parent] for c in chains if c[parent] is not None), key=leaves.index, default=None)
+    return _loops_of(parent, entry)
+
+
+def _enclosing_loops(reader: Stage) -> dict[str, tuple]:
+    """The loops a pack can be computed at: those of each stage its reader is attached
+    inside (outermost stage first, up to the loop the chain enters it through), then the
+    reader's own; vectorized loops excluded. A pack must be able to sit outside the tile
+    stage's attach point, or it is redone for every tile along the other axis."""
+    loops: dict[str, tuple] = {}
+    for parent, entry in reversed(_attach_chain(reader)):
+        loops.update(_loops_of(parent, entry))
+    return loops
+
+
+def _attach_chain(st: Stage) -> list[tuple]:
+    """[(st, None), (P1, loop), (P2, loop), ...]: `st`, then each stage it is attached
+    inside, innermost first, with the loop through which the chain enters it."""
+    chain = [(st, None)]
+    while st.attach[0] == "at":
+        chain.append((st.attach[1], st.attach[2]))
+        st = st.attach[1]
+    return chain
+
+
+def _loops_of(parent: Stage, entry=None) -> dict[str, tuple]:
+    """`at` options at the loops of `parent`, outermost first, up to and including `entry`
+    (all of them if None), vectorized loops excluded: name -> (stage, loop)."""
+    leaves = parent.leaf_iter_vars
+    last = leaves.index(entry) if entry is not None else len(leaves) - 1
+    return {f"{parent.name}.{iv.name}": (parent, iv) for iv in leaves[:last + 1]
+            if parent.iter_kind.get(iv) != "vectorized"}
+
+
+def build_schedule(outputs, sketch: Sketch, ask: Decider, hw: HardwareParams,
+                   sp: SearchParams) -> Schedule:
+    """Apply `sketch`, asking `ask` every question."""
+    return _Builder(outputs, sketch, ask, hw, sp).run()
+
+
+class CPURules:
+    """The CPU rule set (schedule.rules.RuleSet)."""
+    kind = "cpu"
+    questions = ("tile", "at", "parallel", "vec", "unroll")
+
+    def sketches(self, outputs, hw: HardwareParams, sp: SearchParams) -> list[Sketch]:
+        return generate_sketches(outputs, hw, sp)
+
+    def build(self, outputs, sketch: Sketch, ask: Decider, hw: HardwareParams,
+              sp: SearchParams) -> Schedule:
+        return build_schedule(outputs, sketch, ask, hw, sp)
