@@ -170,7 +170,7 @@ def run_op(name: str, a, hw, dbs: dict[str, tuple[str, int]]) -> dict:
             samples[s].append(seconds(a.threads))
     for s, ts in samples.items():
         row["runs"][s].update(seconds=statistics.median(ts), samples=ts)
-    if not a.no_torch and op.name in ops.OPS:  # the child process rebuilds the op by name
+    if not a.no_torch and op.family in ops.OPS:  # the child process rebuilds the op by family
         row["torch_s"] = baseline_times_isolated(op, (a.threads,))[a.threads].get("torch")
     secs = [row["runs"][s].get("seconds") for s in dbs]
     row["evo_over_tlm"] = secs[1] / secs[0] if all(secs) else None

@@ -29,7 +29,7 @@ def test_both_backends_agree_with_the_reference(name, schedule):
     op = ops.make(name, **CASES[name])
     s = tlmir.create_schedule(op.outputs)
     SCHEDULES[schedule](s, op)
-    func = tlmir.lower(s, op.args, op.name)
+    func = tlmir.lower(s, op.args, op.family)
     ins = op.random_inputs(0)
     want = op.run_reference(*ins)
     got = {}

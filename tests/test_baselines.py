@@ -63,7 +63,7 @@ def test_every_op_has_a_torch_baseline():
 
 def test_unknown_op_has_no_baselines():
     op = ops.make("add", shape=(4,))
-    op.name = "no_such_op"
+    op.family = "no_such_op"
     assert baselines(op) == {}
 
 

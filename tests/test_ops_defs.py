@@ -72,7 +72,7 @@ def naive_lower(op: ops.OpDef) -> S.PrimFunc:
     prog = S.seq(*nests)
     for b in temps:
         prog = S.Allocate(b, prog)
-    return S.PrimFunc(op.name, [bufs[id(t.op)] for t in op.args], prog)
+    return S.PrimFunc(op.family, [bufs[id(t.op)] for t in op.args], prog)
 
 
 SMALL = [

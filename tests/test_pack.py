@@ -43,7 +43,7 @@ def test_pack_sketches_are_appended(op, count):
     sketches = SearchSpace(op.outputs, HW2).sketches
     assert len(sketches) == count
     half = count // 2
-    packed_input, reader = ("B", "C") if op.name.startswith("matmul") else ("W", "D")
+    packed_input, reader = ("B", "C") if op.family.startswith("matmul") else ("W", "D")
     for plain, packed in zip(sketches[:half], sketches[half:]):
         assert packed.rules[:len(plain.rules)] == plain.rules
         assert packed.rules[len(plain.rules):] == ((packed_input, "pack", reader),)

@@ -27,7 +27,7 @@ def cmd_show(args) -> None:
     print(f"# {op!r}\n# te\n{te_str(op.outputs)}\n")
     if s.history:
         print("# schedule\n" + "\n".join(str(st) for st in s.history) + "\n")
-    func = lower(s, op.args, op.name)
+    func = lower(s, op.args, op.family)
     _print_lowered(func)
     if args.llvm or args.asm:
         from .runtime.backend import compile_func

@@ -1,4 +1,6 @@
-"""`OpDef`: an operator's tensor definition plus its numpy reference, flop count and inputs.
+"""`OpDef`: an operator's tensor definition plus its numpy reference, flop count and inputs;
+`BASELINES`: each op family's framework baselines (PyTorch, numpy), which the op modules
+register beside their ops with the `baseline` decorator.
 
 Flop counting rule (applied mechanically by `count_flops`, so every op follows it):
 
@@ -26,10 +28,12 @@ _ARITH = (E.Add, E.Sub, E.Mul, E.Div, E.Min, E.Max, E.Call)
 class OpDef:
     """One operator: placeholders `inputs`, final tensors `outputs`, and how to check it.
 
-    `reference(*input_arrays) -> [output_arrays]` is plain numpy (float64 inside, results
-    cast to each output's dtype). `input_ranges[i]` is the (low, high) interval that
-    `random_inputs` draws input i from (default (-1, 1))."""
-    name: str
+    `family` is the kind of op - for the library's ops the name of its builder in
+    `ops.OPS`, so `make(family, **params)` rebuilds it - and keys its baselines in
+    `BASELINES`. `reference(*input_arrays) -> [output_arrays]` is plain numpy (float64
+    inside, results cast to each output's dtype). `input_ranges[i]` is the (low, high)
+    interval that `random_inputs` draws input i from (default (-1, 1))."""
+    family: str
     inputs: list[Tensor]
     outputs: list[Tensor]
     reference: Callable[..., list[np.ndarray]]
@@ -64,7 +68,7 @@ class OpDef:
 
     def __repr__(self) -> str:
         ps = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
-        return f"OpDef({self.name}({ps}), {len(self.stages)} stages, {self.flops} flops)"
+        return f"OpDef({self.family}({ps}), {len(self.stages)} stages, {self.flops} flops)"
 
 
 def _body_flops(e: E.Expr) -> int:
@@ -90,6 +94,29 @@ def stage_flops(op: ComputeOp) -> int:
 
 def count_flops(outputs: Sequence[Tensor]) -> int:
     return sum(stage_flops(op) for op in topo_ops(outputs) if isinstance(op, ComputeOp))
+
+
+# ------------------------------------------------------------------ framework baselines
+
+FRAMEWORKS = ("torch", "onednn", "numpy")
+
+BaselineBuilder = Callable[[dict], Callable | None]
+BASELINES: dict[str, dict[str, BaselineBuilder]] = {}
+
+
+def baseline(framework: str, *families: str) -> Callable[[BaselineBuilder], BaselineBuilder]:
+    """Decorator registering `builder(params) -> fn or None` as `framework`'s baseline of
+    each op family: fn takes the op's inputs (as `baselines.prepare` gives them) and
+    returns its output. Builders import torch themselves, so that importing an op module
+    never loads it; None means no fast path for these parameters."""
+    if framework not in FRAMEWORKS:
+        raise ValueError(f"unknown framework {framework!r}; known: {', '.join(FRAMEWORKS)}")
+
+    def register(builder: BaselineBuilder) -> BaselineBuilder:
+        for family in families:
+            BASELINES.setdefault(family, {})[framework] = builder
+        return builder
+    return register
 
 
 # ------------------------------------------------------------------ parameter helpers

@@ -1,13 +1,17 @@
 """2-D convolutions: NCHW (grouped, strided, dilated, padded), NHWC (HWIO weight),
-depthwise NCHW, and conv + bias + ReLU. Padding is its own `pad` stage (zero outside)."""
+depthwise NCHW, and conv + bias + ReLU. Padding is its own `pad` stage (zero outside).
+Their baselines are PyTorch's conv2d / conv_transpose2d (oneDNN); numpy has no fast
+convolution."""
 from __future__ import annotations
+
+from typing import Callable
 
 import numpy as np
 
 from .. import te
 from ..errors import DefinitionError
 from ..ir.tensor import Tensor
-from .base import OpDef, count_flops, out_size, pair, pos_int
+from .base import OpDef, baseline, count_flops, out_size, pair, pos_int
 
 
 def pad_nchw(X: Tensor, ph: int, pw: int, value: float = 0.0, name: str = "pad") -> Tensor:
@@ -333,3 +337,84 @@ def conv2d_transpose_nchw(N: int, C: int, H: int, W: int, K: int, R: int, S: int
             r = np.tanh(r)
         return [r]
     return OpDef(op, inputs, [out], ref, count_flops([out]), params)
+
+
+# ------------------------------------------------------------------ baselines
+
+def hw(v) -> tuple[int, int]:
+    """An op parameter given as an int or an (h, w) pair, as a pair (already validated)."""
+    if isinstance(v, (tuple, list)):
+        return int(v[0]), int(v[1])
+    return int(v), int(v)
+
+
+def _window(p: dict) -> tuple:
+    """torch's stride, padding, dilation, groups of a conv's parameters."""
+    return hw(p["stride"]), hw(p["padding"]), hw(p["dilation"]), p["groups"]
+
+
+@baseline("torch", "conv2d_nchw")
+def _conv2d_nchw_torch(p: dict) -> Callable:
+    import torch.nn.functional as F
+    st, pd, dl, groups = _window(p)
+    return lambda x, w: F.conv2d(x, w, None, st, pd, dl, groups)
+
+
+@baseline("torch", "conv2d_bias_relu")
+def _conv2d_bias_relu_torch(p: dict) -> Callable:
+    import torch
+    import torch.nn.functional as F
+    st, pd, dl, groups = _window(p)
+    return lambda x, w, b: torch.relu_(F.conv2d(x, w, b, st, pd, dl, groups))
+
+
+@baseline("torch", "conv2d_bias")
+def _conv2d_bias_torch(p: dict) -> Callable:
+    import torch.nn.functional as F
+    st, pd, dl, groups = _window(p)
+    if p.get("act") == "relu6":
+        return lambda x, w, b: F.relu6(F.conv2d(x, w, b, st, pd, dl, groups), inplace=True)
+    return lambda x, w, b: F.conv2d(x, w, b, st, pd, dl, groups)
+
+
+@baseline("torch", "conv2d_nhwc")
+def _conv2d_nhwc_torch(p: dict) -> Callable:
+    import torch.nn.functional as F
+    st, pd, dl, groups = _window(p)
+
+    def conv2d_nhwc(x, w):
+        # NHWC input seen as a channels_last NCHW tensor, HWIO weight as KCRS: views only;
+        # the channels_last output permuted back is a contiguous NHWC tensor
+        y = F.conv2d(x.permute(0, 3, 1, 2), w.permute(3, 2, 0, 1), None, st, pd, dl, groups)
+        return y.permute(0, 2, 3, 1)
+    return conv2d_nhwc
+
+
+@baseline("torch", "depthwise_conv2d_nchw")
+def _depthwise_conv2d_nchw_torch(p: dict) -> Callable:
+    import torch
+    import torch.nn.functional as F
+    st, pd, dl = hw(p["stride"]), hw(p["padding"]), hw(p["dilation"])
+    C, m, R, S = p["C"], p["multiplier"], p["R"], p["S"]
+    act = {None: lambda r: r, "relu": torch.relu_,
+           "relu6": lambda r: F.relu6(r, inplace=True)}[p.get("act")]
+    if p.get("bias"):
+        return lambda x, w, b: act(F.conv2d(x, w.reshape(C * m, 1, R, S), b, st, pd, dl, C))
+    return lambda x, w: act(F.conv2d(x, w.reshape(C * m, 1, R, S), None, st, pd, dl, C))
+
+
+@baseline("torch", "conv2d_transpose_nchw")
+def _conv2d_transpose_nchw_torch(p: dict) -> Callable:
+    import torch
+    import torch.nn.functional as F
+    st, pd, opd = hw(p["stride"]), hw(p["padding"]), hw(p["output_padding"])
+    bias, act = p.get("bias", False), p.get("act")
+
+    def conv2d_transpose(x, w, *rest):
+        r = F.conv_transpose2d(x, w, rest[0] if bias else None, st, pd, opd)
+        if act == "relu":
+            r = torch.relu_(r)
+        elif act == "tanh":
+            r = torch.tanh_(r)
+        return r
+    return conv2d_transpose

@@ -1,11 +1,16 @@
-"""Injective fusion chains: several element-wise stages, some reading broadcast vectors."""
+"""Injective fusion chains: several element-wise stages, some reading broadcast vectors;
+their baselines are PyTorch's element-wise ops and vectorized float32 numpy formulas."""
 from __future__ import annotations
+
+from typing import Callable
 
 import numpy as np
 
 from .. import te
-from .base import OpDef, count_flops, pos_int, shape_tuple
-from .linalg import gelu_expr, gelu_ref
+from .base import OpDef, baseline, count_flops, pos_int, shape_tuple
+from .linalg import gelu_expr, gelu_f32, gelu_ref
+
+_F32 = np.float32
 
 
 def add_relu(shape) -> OpDef:
@@ -79,3 +84,80 @@ def silu_mul(M: int, N: int) -> OpDef:
         return [a / (1.0 + np.exp(-a)) * b]
     return OpDef("silu_mul", [A, B], [out], ref, count_flops([out]), dict(M=M, N=N),
                  input_ranges=[(-4.0, 4.0), (-1.0, 1.0)])
+
+
+# ------------------------------------------------------------------ baselines
+
+@baseline("numpy", "add")
+def _add_numpy(p: dict) -> Callable:
+    return np.add
+
+
+@baseline("torch", "add")
+def _add_torch(p: dict) -> Callable:
+    import torch
+    return torch.add
+
+
+@baseline("numpy", "add_relu")
+def _add_relu_numpy(p: dict) -> Callable:
+    def add_relu(a, b):
+        r = a + b
+        np.maximum(r, _F32(0.0), out=r)
+        return r
+    return add_relu
+
+
+@baseline("torch", "add_relu")
+def _add_relu_torch(p: dict) -> Callable:
+    import torch
+    return lambda a, b: torch.relu_(torch.add(a, b))
+
+
+@baseline("numpy", "bias_add_gelu")
+def _bias_add_gelu_numpy(p: dict) -> Callable:
+    def bias_add_gelu(x, b):
+        return gelu_f32(x + b)
+    return bias_add_gelu
+
+
+@baseline("torch", "bias_add_gelu")
+def _bias_add_gelu_torch(p: dict) -> Callable:
+    import torch.nn.functional as F
+    return lambda x, b: F.gelu(x + b)
+
+
+@baseline("numpy", "scale_shift_tanh")
+def _scale_shift_tanh_numpy(p: dict) -> Callable:
+    def scale_shift_tanh(x, g, b):
+        r = x * g
+        r += b
+        np.tanh(r, out=r)
+        return r
+    return scale_shift_tanh
+
+
+@baseline("torch", "scale_shift_tanh")
+def _scale_shift_tanh_torch(p: dict) -> Callable:
+    import torch
+    return lambda x, g, b: torch.tanh_(torch.addcmul(b, x, g))
+
+
+@baseline("numpy", "silu_mul")
+def _silu_mul_numpy(p: dict) -> Callable:
+    def silu_mul(a, b):
+        # a * sigmoid(a) with sigmoid(a) = 0.5 * (1 + tanh(a / 2)): no exp overflow
+        s = a * _F32(0.5)
+        np.tanh(s, out=s)
+        s += _F32(1.0)
+        s *= _F32(0.5)
+        s *= a
+        s *= b
+        return s
+    return silu_mul
+
+
+@baseline("torch", "silu_mul")
+def _silu_mul_torch(p: dict) -> Callable:
+    import torch.nn.functional as F
+    return lambda a, b: F.silu(a).mul_(b)

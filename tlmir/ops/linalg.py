@@ -1,13 +1,15 @@
-"""Matrix products: matmul, batch_matmul, dense (PyTorch Linear with bias / activation)."""
+"""Matrix products: matmul, batch_matmul, dense (PyTorch Linear with bias / activation),
+and their baselines: numpy's BLAS sgemm, PyTorch's MKL sgemm and its oneDNN linear."""
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import numpy as np
 
 from .. import te
 from ..errors import DefinitionError
-from .base import OpDef, count_flops, pos_int
+from .base import OpDef, baseline, count_flops, pos_int
 
 ACTIVATIONS = (None, "relu", "gelu")
 
@@ -21,6 +23,32 @@ def gelu_ref(x: np.ndarray) -> np.ndarray:
     from math import erf
     verf = np.vectorize(erf, otypes=[np.float64])
     return 0.5 * x * (1.0 + verf(x / math.sqrt(2.0)))
+
+
+_F32 = np.float32
+
+
+def _erfc_pos_f32(a: np.ndarray) -> np.ndarray:
+    """erfc(a) for a >= 0, float32 (Numerical Recipes' erfcc: relative error < 1.2e-7,
+    so the tail stays accurate where 1 + erf(-a) would cancel)."""
+    t = _F32(1.0) / (_F32(1.0) + _F32(0.5) * a)
+    p = _F32(0.17087277)
+    for c in (-0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806, 0.09678418,
+              0.37409196, 1.00002368, -1.26551223):
+        p = p * t + _F32(c)
+    return t * np.exp(p - a * a)
+
+
+def gelu_f32(x: np.ndarray) -> np.ndarray:
+    """Exact (erf) GELU of a float32 array, as a new float32 array (the numpy baselines'
+    GELU: numpy has no erf): 0.5 * x * (1 + erf(x / sqrt(2))) computed as
+    0.5 * x * erfc(-x / sqrt(2)) so both tails stay accurate."""
+    z = x * _F32(1.0 / math.sqrt(2.0))
+    e = _erfc_pos_f32(np.abs(z))                     # erfc(|z|)
+    one_plus_erf = np.where(z >= 0, _F32(2.0) - e, e)   # erfc(-z) = 1 + erf(z)
+    one_plus_erf *= x
+    one_plus_erf *= _F32(0.5)
+    return one_plus_erf
 
 
 def matmul(M: int, N: int, K: int) -> OpDef:
@@ -85,3 +113,85 @@ def dense(M: int, N: int, K: int, bias: bool = False, act: str | None = None) ->
         return [r]
     return OpDef("dense", inputs, [out], ref, count_flops([out]),
                  dict(M=M, N=N, K=K, bias=bool(bias), act=act))
+
+
+# ------------------------------------------------------------------ baselines
+
+@baseline("numpy", "matmul", "batch_matmul")
+def _matmul_numpy(p: dict) -> Callable:
+    return np.matmul
+
+
+@baseline("torch", "matmul")
+def _matmul_torch(p: dict) -> Callable:
+    import torch
+    return torch.matmul
+
+
+@baseline("torch", "batch_matmul")
+def _batch_matmul_torch(p: dict) -> Callable:
+    import torch
+    return torch.bmm
+
+
+@baseline("numpy", "dense")
+def _dense_numpy(p: dict) -> Callable:
+    bias, act = p.get("bias", False), p.get("act")
+
+    def dense(x, w, *rest):
+        r = x @ w.T                                  # sgemm with a transposed operand
+        if bias:
+            r += rest[0]
+        if act == "relu":
+            np.maximum(r, _F32(0.0), out=r)
+        elif act == "gelu":
+            r = gelu_f32(r)
+        return r
+    return dense
+
+
+@baseline("torch", "dense")
+def _dense_torch(p: dict) -> Callable:
+    import torch
+    import torch.nn.functional as F
+    bias, act = p.get("bias", False), p.get("act")
+
+    def dense(x, w, *rest):
+        r = F.linear(x, w, rest[0] if bias else None)
+        if act == "relu":
+            r = torch.relu_(r)
+        elif act == "gelu":
+            r = F.gelu(r)
+        return r
+    return dense
+
+
+def _onednn_linear() -> Callable | None:
+    """PyTorch's oneDNN linear (`torch.ops.mkldnn._linear_pointwise`, the kernel its
+    compiler's CPU fusions call), or None where this torch build lacks it. torch runs
+    matmul and dense through MKL's sgemm, which picks its kernels by CPU vendor (on an AMD
+    Zen 5 host dense 128x768x3072 took 6.7 ms, oneDNN 3.3 ms: docs/benchmarks.md)."""
+    import torch
+    linear = getattr(getattr(torch.ops, "mkldnn", None), "_linear_pointwise", None)
+    if linear is None or not torch.backends.mkldnn.is_available():
+        return None
+    return linear
+
+
+@baseline("onednn", "matmul")
+def _matmul_onednn(p: dict) -> Callable | None:
+    linear = _onednn_linear()
+    return None if linear is None else lambda a, b: linear(a, b.t(), None, "none", [], "")
+
+
+# dense's activation -> oneDNN's fused post-op: attr, scalars, algorithm ("none": exact erf GELU)
+_POST_OPS = {None: ("none", [], ""), "relu": ("relu", [], ""), "gelu": ("gelu", [None], "none")}
+
+
+@baseline("onednn", "dense")
+def _dense_onednn(p: dict) -> Callable | None:
+    linear = _onednn_linear()
+    if linear is None or p.get("act") not in _POST_OPS:
+        return None
+    bias, post = p.get("bias", False), _POST_OPS[p.get("act")]
+    return lambda x, w, *rest: linear(x, w, rest[0] if bias else None, *post)

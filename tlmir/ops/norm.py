@@ -1,11 +1,16 @@
-"""Row-wise normalisations over the last axis of an M x N input: softmax, layernorm, rmsnorm."""
+"""Row-wise normalisations over the last axis of an M x N input: softmax, layernorm, rmsnorm;
+their baselines are PyTorch's functional ops and float32 numpy formulas."""
 from __future__ import annotations
+
+from typing import Callable
 
 import numpy as np
 
 from .. import te
 from ..errors import DefinitionError
-from .base import OpDef, count_flops, pos_int
+from .base import OpDef, baseline, count_flops, pos_int
+
+_F32 = np.float32
 
 
 def _eps(op: str, eps) -> float:
@@ -85,3 +90,63 @@ def rmsnorm(M: int, N: int, eps: float = 1e-6) -> OpDef:
         return [x * r * g.astype(np.float64)]
     return OpDef("rmsnorm", [X, gamma], [out], ref, count_flops([out]),
                  dict(M=M, N=N, eps=eps), input_ranges=[(-2.0, 2.0), (0.5, 1.5)])
+
+
+# ------------------------------------------------------------------ baselines
+
+@baseline("numpy", "softmax")
+def _softmax_numpy(p: dict) -> Callable:
+    def softmax(x):
+        e = x - x.max(axis=-1, keepdims=True)
+        np.exp(e, out=e)
+        e /= e.sum(axis=-1, keepdims=True)
+        return e
+    return softmax
+
+
+@baseline("torch", "softmax")
+def _softmax_torch(p: dict) -> Callable:
+    import torch.nn.functional as F
+    return lambda x: F.softmax(x, dim=-1)
+
+
+@baseline("numpy", "layernorm")
+def _layernorm_numpy(p: dict) -> Callable:
+    eps = _F32(p["eps"])
+
+    def layernorm(x, g, b):
+        d = x - x.mean(axis=-1, keepdims=True)
+        var = np.mean(d * d, axis=-1, keepdims=True)
+        d *= _F32(1.0) / np.sqrt(var + eps)
+        d *= g
+        d += b
+        return d
+    return layernorm
+
+
+@baseline("torch", "layernorm")
+def _layernorm_torch(p: dict) -> Callable:
+    import torch.nn.functional as F
+    N, eps = p["N"], p["eps"]
+    return lambda x, g, b: F.layer_norm(x, (N,), g, b, eps)
+
+
+@baseline("numpy", "rmsnorm")
+def _rmsnorm_numpy(p: dict) -> Callable:
+    eps = _F32(p["eps"])
+
+    def rmsnorm(x, g):
+        ms = np.mean(x * x, axis=-1, keepdims=True)
+        r = x * (_F32(1.0) / np.sqrt(ms + eps))
+        r *= g
+        return r
+    return rmsnorm
+
+
+@baseline("torch", "rmsnorm")
+def _rmsnorm_torch(p: dict) -> Callable:
+    import torch
+    N, eps = p["N"], p["eps"]
+    if hasattr(torch, "rms_norm"):
+        return lambda x, g: torch.rms_norm(x, (N,), g, eps)
+    return lambda x, g: x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * g

@@ -2,15 +2,18 @@
 
 max_pool2d pads with the lowest float32 (padding never wins, as in PyTorch);
 avg_pool2d counts padded zeros in the divisor (PyTorch count_include_pad=True):
-out = sum(window of the zero-padded input) / (kh * kw)."""
+out = sum(window of the zero-padded input) / (kh * kw).
+Their baselines are PyTorch's max_pool2d / avg_pool2d; numpy has no fast pooling."""
 from __future__ import annotations
+
+from typing import Callable
 
 import numpy as np
 
 from .. import te
 from ..errors import DefinitionError
-from .base import OpDef, count_flops, out_size, pair, pos_int
-from .conv import _np_pad, pad_nchw, win
+from .base import OpDef, baseline, count_flops, out_size, pair, pos_int
+from .conv import _np_pad, hw, pad_nchw, win
 
 FLOAT32_LOWEST = float(np.finfo(np.float32).min)
 
@@ -70,3 +73,19 @@ def avg_pool2d(N: int, C: int, H: int, W: int, kernel=2, stride=None, padding=0)
         xp = _np_pad(x.astype(np.float64), ph, pw)
         return [_windows(xp, kh, kw, sh, sw, P, Q).mean(axis=(-2, -1))]
     return OpDef("avg_pool2d", [X], [out], ref, count_flops([out]), params)
+
+
+# ------------------------------------------------------------------ baselines
+
+@baseline("torch", "max_pool2d")
+def _max_pool2d_torch(p: dict) -> Callable:
+    import torch.nn.functional as F
+    k, st, pd = hw(p["kernel"]), hw(p["stride"]), hw(p["padding"])
+    return lambda x: F.max_pool2d(x, k, st, pd)
+
+
+@baseline("torch", "avg_pool2d")
+def _avg_pool2d_torch(p: dict) -> Callable:
+    import torch.nn.functional as F
+    k, st, pd = hw(p["kernel"]), hw(p["stride"]), hw(p["padding"])
+    return lambda x: F.avg_pool2d(x, k, st, pd, ceil_mode=False, count_include_pad=True)

@@ -47,8 +47,9 @@ class Task:
 
     @classmethod
     def from_op(cls, op, weight: float = 1.0, name: str | None = None) -> "Task":
-        """A task for an OpDef of tlmir.ops (its numpy reference included)."""
-        task = cls(name or op.name, op.args, op.run_reference, weight, op.input_ranges, op.flops)
+        """A task for an OpDef of tlmir.ops (its numpy reference included), named after the
+        op's family unless `name` is given."""
+        task = cls(name or op.family, op.args, op.run_reference, weight, op.input_ranges, op.flops)
         task.op = op
         return task
 

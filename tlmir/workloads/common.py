@@ -46,31 +46,31 @@ def _window(p: dict) -> str:
 def task_name(op: OpDef) -> str:
     """The name a network's task of `op` goes by: the op (with its fused epilogue), then
     its shapes, e.g. conv2d_bias_relu_1x64x56x56_k64_3x3_s1_p1 or dense_bias_gelu_m128_n3072_k768."""
-    p, name = op.params, op.name
+    p, family = op.params, op.family
     if "N" in p and "C" in p and "H" in p:
         image = f"{p['N']}x{p['C']}x{p['H']}x{p['W']}"
-        if name in ("max_pool2d", "avg_pool2d"):
-            return f"{name}_{image}_{_hw(p['kernel'])}{_window(p)}"
+        if family in ("max_pool2d", "avg_pool2d"):
+            return f"{family}_{image}_{_hw(p['kernel'])}{_window(p)}"
         kernel = f"{p['R']}x{p['S']}"
-        if name == "depthwise_conv2d_nchw":
+        if family == "depthwise_conv2d_nchw":
             return f"depthwise_conv2d{_epilogue(p)}_{image}_{kernel}{_window(p)}"
-        if name == "conv2d_transpose_nchw":
+        if family == "conv2d_transpose_nchw":
             return f"conv2d_transpose{_epilogue(p)}_{image}_k{p['K']}_{kernel}{_window(p)}"
-        stem = name + (f"_{p['act']}" if name == "conv2d_bias" and p.get("act") else "")
+        stem = family + (f"_{p['act']}" if family == "conv2d_bias" and p.get("act") else "")
         return f"{stem}_{image}_k{p['K']}_{kernel}{_window(p)}"
-    if name == "dense":
+    if family == "dense":
         return f"dense{_epilogue(p)}_m{p['M']}_n{p['N']}_k{p['K']}"
-    if name == "matmul":
+    if family == "matmul":
         return f"matmul_m{p['M']}_n{p['N']}_k{p['K']}"
-    if name == "batch_matmul":
+    if family == "batch_matmul":
         return f"batch_matmul_b{p['B']}_m{p['M']}_n{p['N']}_k{p['K']}"
-    if name in ("layernorm", "rmsnorm"):
-        return f"{name}_{p['M']}x{p['N']}_eps{p['eps']:g}"
+    if family in ("layernorm", "rmsnorm"):
+        return f"{family}_{p['M']}x{p['N']}_eps{p['eps']:g}"
     if "shape" in p:
-        return f"{name}_{_shape(p['shape'])}"
+        return f"{family}_{_shape(p['shape'])}"
     if "M" in p and "N" in p:
-        return f"{name}_{p['M']}x{p['N']}"
-    return name
+        return f"{family}_{p['M']}x{p['N']}"
+    return family
 
 
 class Net:
