@@ -1,9 +1,12 @@
 """`tlmir.build`: schedule -> loop program -> kernel for a target, by a backend."""
 from __future__ import annotations
 
+import numpy as np
+
 from .runtime.backend import compile_func
 from .runtime.target import parse_target
-from .schedule import Schedule, lower
+from .runtime.task import Task
+from .schedule import Schedule, create_schedule, lower
 
 
 def build(sch: Schedule, args, target: str = "cpu", name: str = "main", backend: str | None = None):
@@ -13,3 +16,14 @@ def build(sch: Schedule, args, target: str = "cpu", name: str = "main", backend:
     runtime.backend); returns a kernel callable on numpy arrays."""
     hw = parse_target(target)
     return compile_func(lower(sch, args, name), hw, backend)
+
+
+def reference_outputs(task: Task, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """The outputs a program of `task` must produce on `inputs`: its numpy reference's, in the
+    outputs' dtypes, or without one its untuned default schedule's (built here, not by the
+    task: a task is data, below schedules and backends)."""
+    if task.reference is not None:
+        return [np.asarray(o).astype(t.dtype) for o, t in zip(task.reference(*inputs), task.outputs)]
+    outs = [np.zeros(t.shape, t.dtype) for t in task.outputs]
+    build(create_schedule(task.outputs), task.args)(*inputs, *outs)
+    return outs

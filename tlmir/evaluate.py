@@ -128,6 +128,7 @@ def program_timer(task: Task, trace_json: str, repeat: int = 15,
     """A function of the thread count giving the median seconds of a recorded program, which
     is rebuilt from its trace (for `hw`: default this host) and checked once, here: reports
     time one program at several thread counts and rounds without compiling it again for each."""
+    from .build import reference_outputs
     from .runtime.backend import compile_func
     from .runtime.measure import check_outputs
     from .schedule.decider import Trace
@@ -138,7 +139,7 @@ def program_timer(task: Task, trace_json: str, repeat: int = 15,
     ins = task.random_inputs(0)
     outs = [np.zeros(t.shape, t.dtype) for t in task.outputs]
     kernel(*ins, *outs)
-    wrong = check_outputs(outs, task.reference_outputs(ins), 1e-3, 1e-3)
+    wrong = check_outputs(outs, reference_outputs(task, ins), 1e-3, 1e-3)
     if wrong:
         raise TlmirError(f"task {task.name}: the recorded program is wrong on re-run: {wrong}")
 

@@ -15,7 +15,7 @@ from llvmlite import ir
 
 from ..errors import BuildError
 from ..ir import expr as E
-from .analysis import risky, stride
+from ..ir.analysis import risky, stride
 from .vecmath import FAST_F32, emit_f32
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)

@@ -10,11 +10,11 @@ import numpy as np
 
 from ..errors import ArgumentError, BuildError
 from ..ir.stmt import PrimFunc
-from ..runtime.backend import Timing, check_arguments, stored_buffers, time_calls
+from ..runtime.backend import Timing, check_arguments, default_num_threads, stored_buffers, time_calls
 from ..runtime.target import HardwareParams, host_hardware
 from .llvm_ir import emit_module
 from .prefetch import add_prefetches
-from .parallel import default_num_threads, have_openmp, register_runtime_symbols, usable_threads
+from .parallel import have_openmp, register_runtime_symbols, usable_threads
 
 
 @functools.cache

@@ -21,8 +21,8 @@ from llvmlite import ir
 from ..errors import BuildError
 from ..ir import expr as E
 from ..ir import stmt as S
-from .analysis import can_vectorize, captures, is_reduce_update, stride
-from .reduction import emit_reduce_loop, match_reduce_loop
+from ..ir.analysis import can_vectorize, captures, is_reduce_update, match_reduce_loop, stride
+from .reduction import emit_reduce_loop
 from .transpose import TransposeNest, emit_transpose_nest, match_transpose_nest
 from .exprs import I32, I64, PTR, VOID, ExprEmitter, Lanes, ModuleContext, elem_size, mem_type
 

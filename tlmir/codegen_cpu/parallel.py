@@ -1,4 +1,4 @@
-"""Native symbols JIT-compiled kernels call (libgomp, libm, libc) and the thread-count setting.
+"""Native symbols JIT-compiled kernels call (libgomp, libm, libc) and libgomp's thread pool.
 
 MCJIT resolves external calls through LLVM's symbol table, so every function the generated
 code may call is registered there explicitly rather than trusting the process's link map.
@@ -12,9 +12,6 @@ import os
 
 import llvmlite.binding as llvm
 
-from ..errors import ArgumentError
-
-NUM_THREADS_ENV = "TLMIR_NUM_THREADS"
 _OMP_SYMBOLS = ("GOMP_parallel", "omp_get_thread_num", "omp_get_num_threads")
 _LIBM_SYMBOLS = ("tanhf", "tanh", "erff", "erf", "expf", "exp", "logf", "log", "floorf", "floor")
 _LIBC_SYMBOLS = ("aligned_alloc", "free", "memset", "memcpy", "memmove")
@@ -83,16 +80,3 @@ def register_runtime_symbols() -> None:
             _register(lib, tuple(n for n in names if hasattr(lib, n)))
     _gomp()
 
-
-def default_num_threads() -> int:
-    """Threads for parallel loops: $TLMIR_NUM_THREADS (read now, at each call) or all CPUs."""
-    raw = os.environ.get(NUM_THREADS_ENV, "").strip()
-    if not raw:
-        return os.cpu_count() or 1
-    try:
-        n = int(raw)
-    except ValueError:
-        raise ArgumentError(f"{NUM_THREADS_ENV}={raw!r} is not an integer thread count") from None
-    if n < 1:
-        raise ArgumentError(f"{NUM_THREADS_ENV}={raw!r}: the thread count must be at least 1")
-    return n

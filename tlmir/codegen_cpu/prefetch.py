@@ -21,7 +21,7 @@ import math
 from ..ir import arith
 from ..ir import expr as E
 from ..ir import stmt as S
-from .analysis import depends
+from ..ir.analysis import depends
 from .exprs import elem_size
 
 LINE_BYTES = 64  # cache line

@@ -10,56 +10,19 @@ vector partials, which are combined by halving the vector (log2 steps) at the en
 summation order changes (like rfactor, or any vectorized sum); max / min give the same
 result as the serial loop for non-NaN data.
 
-Only loops whose body is exactly one such store are taken, with every load of `f` that
-depends on k contiguous in k (a gather would be slower than the scalar loop) and `f` not
-reading the accumulator's buffer.
+The loops taken are those `ir.analysis.match_reduce_loop` matches (one such store, every
+load of `f` contiguous in k), a definition the program features share.
 """
 from __future__ import annotations
-
-from typing import NamedTuple
 
 from llvmlite import ir
 
 from ..ir import expr as E
 from ..ir import stmt as S
-from .analysis import accumulated, depends, stride
+from ..ir.analysis import ReduceLoop
 from .exprs import I32, I64, REDUCE_FLAGS, Lanes, elem_size
 
 REDUCE_ACCUMULATORS = 4  # independent vector partials: hides the add latency (4 cycles, 2 ports)
-REDUCE_MIN_EXTENT = 4    # shorter reduction loops stay scalar
-
-
-class ReduceLoop(NamedTuple):
-    """A recognised reduction loop: `store.buffer[store.index] = combine(acc, src)`."""
-    store: S.Store
-    kind: type  # E.Add, E.Max or E.Min
-    src: E.Expr
-
-
-def match_reduce_loop(s: S.For) -> ReduceLoop | None:
-    """The reduction over `s.var` that `s` is, or None."""
-    body = s.body
-    if not isinstance(body, S.Store) or not isinstance(s.extent, E.Const):
-        return None
-    if s.extent.value < REDUCE_MIN_EXTENT or s.kind not in ("serial", "unrolled", "vectorized"):
-        return None
-    v, var = body.value, s.var
-    if not isinstance(v, (E.Add, E.Max, E.Min)) or not E.is_float(v.dtype):
-        return None
-    if depends(body.index, var):
-        return None
-    src = accumulated(body)
-    if src is None or not depends(src, var):
-        return None
-    for n in E.walk(src):
-        if isinstance(n, E.Load):
-            if n.buffer is body.buffer:
-                return None
-            if stride(n.index, var) not in (0, 1):
-                return None
-        elif isinstance(n, (E.FloorDiv, E.FloorMod)) and depends(n, var):
-            return None
-    return ReduceLoop(body, type(v), src)
 
 
 def _identity(kind: type) -> float:

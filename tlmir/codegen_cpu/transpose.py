@@ -21,7 +21,7 @@ from llvmlite import ir
 
 from ..ir import expr as E
 from ..ir import stmt as S
-from .analysis import stride
+from ..ir.analysis import stride
 from .exprs import I64, elem_size
 
 

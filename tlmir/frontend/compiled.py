@@ -12,9 +12,8 @@ import torch
 import torch.fx as fx
 from torch.utils import _pytree as pytree
 
-from ..codegen_cpu.parallel import default_num_threads
 from ..errors import FrontendError
-from ..runtime.backend import time_calls
+from ..runtime.backend import default_num_threads, time_calls
 from .capture import Graph
 from .partition import Partition, Subgraph, TorchStep
 

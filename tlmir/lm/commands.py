@@ -107,6 +107,7 @@ def cmd_generate(args) -> None:
     passive_openmp()
     import torch
 
+    from ..build import reference_outputs
     from ..runtime.task import Task
     from ..schedule.space import SearchSpace
     from .generate import Generator, Sampling
@@ -124,7 +125,7 @@ def cmd_generate(args) -> None:
     seconds = time.perf_counter() - t0
     counts = {"generated": len(res), "well_formed": 0, "valid": 0, "verified": 0}
     ins = task.random_inputs(0)
-    want = task.reference_outputs(ins)
+    want = reference_outputs(task, ins)
     for g in res:
         if g.trace is None:
             continue

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from .target import HardwareParams, host_hardware
 # name -> the module whose import registers that backend (loaded on first use)
 KNOWN_BACKENDS = {"cpu": "tlmir.codegen_cpu", "interp": "tlmir.runtime.interp_backend"}
 DEFAULT_FOR_KIND = {"cpu": "cpu"}  # HardwareParams.kind -> the backend that compiles for it
+NUM_THREADS_ENV = "TLMIR_NUM_THREADS"
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,22 @@ def compile_func(func: PrimFunc, hw: HardwareParams | None = None, backend: str 
     if hw is not None and not b.supports(hw):
         raise BuildError(f"{func.name}: backend {b.name!r} cannot compile for {hw.key}")
     return b.compile(func, hw)
+
+
+def default_num_threads() -> int:
+    """Threads for a kernel whose `num_threads` is None: $TLMIR_NUM_THREADS (read now, at each
+    call) or all CPUs. Here, not in a code generator, so the front end reads the same
+    setting without naming one."""
+    raw = os.environ.get(NUM_THREADS_ENV, "").strip()
+    if not raw:
+        return os.cpu_count() or 1
+    try:
+        n = int(raw)
+    except ValueError:
+        raise ArgumentError(f"{NUM_THREADS_ENV}={raw!r} is not an integer thread count") from None
+    if n < 1:
+        raise ArgumentError(f"{NUM_THREADS_ENV}={raw!r}: the thread count must be at least 1")
+    return n
 
 
 def stored_buffers(func: PrimFunc) -> set[int]:

@@ -15,8 +15,9 @@ from ..ir.tensor import ComputeOp, PlaceholderOp, Tensor, topo_ops
 class Task:
     """`Task(name, [A, B, C])`: the tensors a kernel takes, inputs (placeholders) first.
 
-    The reference is a numpy function of the inputs; without one, the untuned default
-    schedule of the same computation is the reference. `key` identifies the computation
+    `reference` is a numpy function of the inputs; without one, the untuned default
+    schedule of the same computation is the reference (`tlmir.build.reference_outputs`:
+    running a schedule belongs to the layers above the task's). `key` identifies the computation
     (definition, shapes, dtypes): records of one task never apply to another.
     """
 
@@ -38,7 +39,7 @@ class Task:
             raise DefinitionError(f"task {name!r}: inputs {missing} are read but not in args")
         self.args = args
         self.flops = count_flops(self.outputs) if flops is None else flops
-        self._reference = reference
+        self.reference = reference
         self.input_ranges = input_ranges
         self.op = None  # the tlmir.ops OpDef this task came from, if any
         self.definition = te_str(self.outputs)
@@ -57,15 +58,6 @@ class Task:
         rng = np.random.default_rng(seed)
         ranges = self.input_ranges or [(-1.0, 1.0)] * len(self.inputs)
         return [rng.uniform(lo, hi, size=t.shape).astype(t.dtype) for t, (lo, hi) in zip(self.inputs, ranges)]
-
-    def reference_outputs(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        if self._reference is not None:
-            return [np.asarray(o).astype(t.dtype) for o, t in zip(self._reference(*inputs), self.outputs)]
-        from ..build import build
-        from ..schedule import create_schedule
-        outs = [np.zeros(t.shape, t.dtype) for t in self.outputs]
-        build(create_schedule(self.outputs), self.args)(*inputs, *outs)
-        return outs
 
     def __repr__(self) -> str:
         return f"Task({self.name}, key={self.key}, {self.flops / 1e9:.3f} GFLOP, weight={self.weight})"

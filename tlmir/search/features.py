@@ -42,9 +42,9 @@ import math
 
 import numpy as np
 
-from ..codegen_cpu.reduction import match_reduce_loop
 from ..ir import expr as E
 from ..ir import stmt as S
+from ..ir.analysis import match_reduce_loop
 from ..runtime.target import HardwareParams
 
 DEFAULT_HW = HardwareParams(vector_lanes=16, l1_kb=32, l2_kb=1024)   # features without a target

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..build import reference_outputs
 from ..ir.stmt import PrimFunc
 from ..runtime.measure import MeasureResult, measure_in_process
 from ..runtime.target import HardwareParams
@@ -47,7 +48,7 @@ class Measurer:
     def arrays(self, task: Task) -> tuple[list, list]:
         if task.key not in self._arrays:
             inputs = task.random_inputs(seed=0)
-            self._arrays = {task.key: (inputs, task.reference_outputs(inputs))}
+            self._arrays = {task.key: (inputs, reference_outputs(task, inputs))}
         return self._arrays[task.key]
 
     def measure(self, task: Task, func: PrimFunc, cutoff: float | None = None) -> MeasureResult:

@@ -1,12 +1,19 @@
-"""Small IR queries the CPU code generator needs: affine strides, lane dependence, captures.
+"""Small loop-IR queries: affine strides, lane dependence, captures, SIMD reduction loops.
 
-They are written here (not taken from a simplifier) so codegen decisions only depend on the
-shape of the expressions it is handed.
+The CPU code generator decides by them; they are written here (not taken from a simplifier)
+so its decisions only depend on the shape of the expressions it is handed. They sit in the
+IR layer, not in codegen_cpu, because the program features (search.features) must count a
+loop as vectorized exactly when the code generator vectorizes it, and search does not import
+a code generator (tests/test_imports.py).
 """
 from __future__ import annotations
 
-from ..ir import expr as E
-from ..ir import stmt as S
+from typing import NamedTuple
+
+from . import expr as E
+from . import stmt as S
+
+REDUCE_MIN_EXTENT = 4    # shorter reduction loops stay scalar
 
 
 def depends(e: E.Expr, var: E.Var) -> bool:
@@ -100,3 +107,40 @@ def captures(s: S.Stmt, vars_: dict, bufs: dict) -> tuple[list[E.Var], list[S.Bu
     return list(seen_v.values()), list(seen_b.values())
 
 
+
+
+class ReduceLoop(NamedTuple):
+    """A recognised reduction loop: `store.buffer[store.index] = combine(acc, src)`."""
+    store: S.Store
+    kind: type  # E.Add, E.Max or E.Min
+    src: E.Expr
+
+
+def match_reduce_loop(s: S.For) -> ReduceLoop | None:
+    """The reduction over `s.var` that `s` is, or None: its body is exactly one float update
+    `acc[c] = acc[c] op f(k)` (op +, max, min; `c` not depending on `k`), every load of `f`
+    that depends on `k` is contiguous in `k` (a gather would be slower than the scalar loop)
+    and `f` does not read the accumulator's buffer. codegen_cpu.reduction emits such a loop
+    as SIMD partial sums."""
+    body = s.body
+    if not isinstance(body, S.Store) or not isinstance(s.extent, E.Const):
+        return None
+    if s.extent.value < REDUCE_MIN_EXTENT or s.kind not in ("serial", "unrolled", "vectorized"):
+        return None
+    v, var = body.value, s.var
+    if not isinstance(v, (E.Add, E.Max, E.Min)) or not E.is_float(v.dtype):
+        return None
+    if depends(body.index, var):
+        return None
+    src = accumulated(body)
+    if src is None or not depends(src, var):
+        return None
+    for n in E.walk(src):
+        if isinstance(n, E.Load):
+            if n.buffer is body.buffer:
+                return None
+            if stride(n.index, var) not in (0, 1):
+                return None
+        elif isinstance(n, (E.FloorDiv, E.FloorMod)) and depends(n, var):
+            return None
+    return ReduceLoop(body, type(v), src)
