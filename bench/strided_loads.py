@@ -17,7 +17,7 @@ import argparse
 import numpy as np
 
 import tlmir.codegen_cpu.exprs as exprs
-from tlmir.build import build
+from tlmir.build import build, reference_outputs
 from tlmir.runtime.records import RecordDB
 from tlmir.runtime.target import parse_target
 from tlmir.schedule.decider import Trace
@@ -55,7 +55,7 @@ def main() -> None:
             best = sorted((r for r in db.records(task.key, hw.key) if r.ok), key=lambda r: r.best)
             space = SearchSpace(task.outputs, hw)
             ins = task.random_inputs(0)
-            ref = task.reference_outputs(ins)
+            ref = reference_outputs(task, ins)
             cells = []
             for rec in best[:a.top]:
                 kernels = both_ways(task, space.replay(Trace.from_json(rec.trace)))

@@ -1,5 +1,5 @@
 """Every read of a definition stays inside its tensor (ir/bounds.py), and a built kernel
-refuses an output that shares memory with another argument."""
+refuses an output that shares memory with another argument unless built in place."""
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 import tlmir
 from tlmir import te
-from tlmir.errors import ArgumentError, DefinitionError
+from tlmir.errors import ArgumentError, BuildError, DefinitionError
 
 
 def _shifted(n, m, di, dj, guard):
@@ -74,7 +74,8 @@ def test_an_output_sharing_memory_with_an_input_is_refused():
     B = te.compute((16,), lambda i: A[i] * 2.0, name="B")
     f = tlmir.build(tlmir.create_schedule([B]), [A, B])
     a = np.ones(16, np.float32)
-    with pytest.raises(ArgumentError, match=r"argument 1 \(B\) is written and shares memory with argument 0 \(A\)"):
+    with pytest.raises(ArgumentError, match=r"argument 1 \(B\) is written and shares memory with argument 0 "
+                                            r"\(A\); pass separate arrays, or build with inplace=\{1: 0\}"):
         f(a, a)
     buf = np.ones(32, np.float32)
     with pytest.raises(ArgumentError, match="shares memory"):
@@ -82,3 +83,42 @@ def test_an_output_sharing_memory_with_an_input_is_refused():
     out = np.zeros(16, np.float32)
     f(a, out)
     np.testing.assert_array_equal(out, 2 * a)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "interp"])
+def test_an_element_wise_output_built_in_place_overwrites_its_input(backend):
+    A = te.placeholder((4, 32), name="A")
+    b = te.placeholder((32,), name="b")
+    B = te.compute((4, 32), lambda i, j: A[i, j] * 2.0 + b[j], name="B")
+    s = tlmir.create_schedule([B])
+    jo, ji = s[B].split(B.op.axis[1], factor=8)
+    s[B].vectorize(ji)
+    s[B].parallel(B.op.axis[0])
+    f = tlmir.build(s, [A, b, B], inplace={2: 0}, backend=backend)
+    rng = np.random.default_rng(0)
+    a, bias = rng.random((4, 32), dtype=np.float32), rng.random(32, dtype=np.float32)
+    want = a * 2.0 + bias
+    f(a, bias, a)
+    np.testing.assert_allclose(a, want, rtol=1e-6)
+    with pytest.raises(ArgumentError, match=r"argument 2 \(B\) is built in place of argument 0 \(A\): "
+                                            r"pass the same array for both"):
+        f(a, bias, np.zeros_like(a))
+    with pytest.raises(ArgumentError, match=r"argument 2 \(B\) is written and shares memory with argument 1"):
+        f(a, a[0], a)
+
+
+def test_in_place_is_refused_where_an_element_is_read_after_it_is_overwritten():
+    A = te.placeholder((8, 8), name="A")
+    k = te.reduce_axis(8, name="k")
+    cases = {
+        "A is read at other elements": te.compute((8, 8), lambda i, j: A[j, i], name="T"),
+        "written by 2 statements": te.compute((8, 8), lambda i, j: te.sum(A[i, k], axis=k), name="R"),
+    }
+    for why, out in cases.items():
+        with pytest.raises(BuildError, match=f"{out.op.name} cannot overwrite A in place: .*{why}"):
+            tlmir.build(tlmir.create_schedule([out]), [A, out], inplace={1: 0})
+    C = te.compute((8, 4), lambda i, j: A[i, j], name="C")
+    with pytest.raises(BuildError, match=r"C is float32\[8, 4\], A is float32\[8, 8\]"):
+        tlmir.build(tlmir.create_schedule([C]), [A, C], inplace={1: 0})
+    with pytest.raises(BuildError, match=r"argument 0 \(A\) must be an output"):
+        tlmir.build(tlmir.create_schedule([C]), [A, C], inplace={0: 1})

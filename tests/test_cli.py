@@ -30,6 +30,14 @@ def test_show_reports_bad_input(capsys, tmp_path):
     assert "cannot read schedule steps file" in capsys.readouterr().err
 
 
+def test_show_db_says_when_a_database_has_no_records(capsys, tmp_path):
+    from tlmir.runtime.records import RecordDB
+    db = str(tmp_path / "empty.db")
+    RecordDB(db).close()
+    assert main(["show", "--db", db]) == 0
+    assert capsys.readouterr().out == f"{db}: no records yet\n"
+
+
 def test_tune_with_the_shipped_tlm_prints_json(capsys):
     assert main(["tune", "--op", "dense", "--shape", "16,32,64", "--param", "bias=true",
                  "--strategy", "tlm", "--trials", "3", "--json"]) == 0

@@ -61,6 +61,8 @@ CASES = [
     (["train", "pretrain", "--data", "x", "--out", "y", "--lr", "nan"], "--lr"),
     (["train", "pretrain", "--data", "x", "--out", "y", "--val-fraction", "1.5"], "--val-fraction"),
     (["train", "pretrain", "--data", "x", "--out", "y", "--device", "tpu"], "--device"),
+    (["train", "pretrain", "--data", "x", "--out", "y", "--config", "huge"], "huge"),
+    (["train", "pretrain", "--data", "no/such/corpus", "--out", "y"], "--data"),
     (["train", "sft", "--data", "x", "--out", "y", "--epochs", "0"], "--epochs"),
     (["train", "evaluator", "--db", "x", "--out", "y", "--steps", "0"], "--steps"),
     (["sample", "--out", "x", "--per-task", "0"], "--per-task"),
@@ -119,3 +121,17 @@ def test_every_option_has_help_text():
                if a.option_strings and not a.help]
     assert not missing, missing
     assert len(parsers) > 10
+    tune_help = next(p for p in parsers if p.prog == "tlmir tune").format_help()
+    assert "random seed of the search (default: 0)" in " ".join(tune_help.split())  # a default of 0 shows too
+
+
+def test_the_demo_refuses_bad_options_in_one_line(capsys):
+    from tlmir import demo
+    with pytest.raises(SystemExit) as e:
+        demo.main(["--trials-per-task", "0"])
+    assert e.value.code == 2
+    assert demo.main(["--network", "no-such-net"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == ("tlmir: error: python -m tlmir.demo: argument --trials-per-task: "
+                      "must be an integer >= 1, got '0'")
+    assert err[1].startswith("tlmir: error: unknown network 'no-such-net'") and len(err) == 2

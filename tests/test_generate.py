@@ -16,9 +16,9 @@ from tlmir.schedule.space import SearchSpace
 HW = HardwareParams()
 
 
-def _random_model(tok, seed=0):
+def _random_model(tok, seed=0, block_size=512):
     torch.manual_seed(seed)
-    return GPT(GPTConfig(vocab_size=tok.vocab_size, n_layer=2, n_head=2, n_embd=32, block_size=512))
+    return GPT(GPTConfig(vocab_size=tok.vocab_size, n_layer=2, n_head=2, n_embd=32, block_size=block_size))
 
 
 def test_random_weights_give_only_valid_verified_programs():
@@ -57,6 +57,9 @@ def test_unconstrained_sampling_reports_malformed_sentences():
     res = Generator(_random_model(tok), tok, HW, seed=0).unconstrained(task, 4, batch_size=4, max_tokens=120)
     assert len(res) == 4
     assert all((g.trace is None) == (g.error is not None) for g in res)
+    short = _random_model(tok, block_size=64)  # sentences run into its block size: cut off, malformed
+    res = Generator(short, tok, HW, seed=0).unconstrained(task, 2, batch_size=2)
+    assert len(res) == 2 and all(g.trace is None and g.error for g in res)
 
 
 def test_unmasked_answers_keep_the_space_questions_and_report_bad_answers():

@@ -172,6 +172,45 @@ def test_history_prints_serialises_and_replays():
     assert str(tlmir.lower(s, [A, B, C])) == str(tlmir.lower(s2, [A2, B2, C2]))
 
 
+def test_printed_history_runs_as_python():
+    """print(s.history) names stages and axes; the schedule takes the names, so the printout
+    pasted onto a fresh schedule rebuilds the same program."""
+    A, B, C = matmul()
+    s = tlmir.create_schedule(C)
+    BP = s.cache_read(B, "global", [C], layout=(1, 0))
+    CL = s.cache_write(C, "local")
+    io, ii = s[C].split(C.op.axis[0], factor=16)
+    jo, ji = s[C].split(C.op.axis[1], factor=8)
+    s[C].reorder(io, jo, ii, ji)
+    s[C].parallel(s[C].fuse(io, jo))
+    s[C].vectorize(ji)
+    s[CL].compute_at(s[C], ii)
+    s[CL].unroll(CL.op.axis[0])
+    s[BP].compute_root()
+    printed = str(s.history)
+    assert "s.cache_read('B', 'global', ['C'], layout=[1, 0])" in printed.splitlines()
+    A2, B2, C2 = matmul()
+    s2 = tlmir.create_schedule(C2)
+    exec(printed, {"s": s2})
+    assert str(s2.history) == printed
+    assert str(tlmir.lower(s, [A, B, C])) == str(tlmir.lower(s2, [A2, B2, C2]))
+
+
+def test_axes_and_stages_by_name():
+    A, B, C = matmul(8, 8, 8)
+    s = tlmir.create_schedule(C)
+    ko, ki = s["C"].split("k", factor=4)
+    CF = s.rfactor("C", "k.inner")
+    assert s[CF].name == "C.rf" and s["C.rf"] is s[CF]
+    with pytest.raises(ScheduleError, match="no stage named 'D'"):
+        s["D"]
+    with pytest.raises(ScheduleError, match="has 0 axes named 'x'"):
+        s["C.rf"].split("x", factor=2)
+    s["C.rf"].split("i", factor=2)
+    with pytest.raises(ScheduleError, match="axis 'i' is not a current loop.*split or fused"):
+        s[CF].vectorize("i")
+
+
 # ------------------------------------------------------------------ errors
 
 def test_error_mismatched_shapes_in_definition():

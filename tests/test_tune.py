@@ -35,11 +35,15 @@ def test_tune_finds_a_verified_kernel_and_records_everything(tmp_path):
         assert rdb.best(task.key, recs[0].hw_key)[0].best == pytest.approx(res.best_seconds)
 
 
-def test_user_defined_task_without_numpy_reference():
+def test_user_defined_task_without_numpy_reference(capsys):
+    """Also: away from a terminal (a pipe, a log) progress is a line per round."""
     A = te.placeholder((32, 48), name="A")
     B = te.compute((32, 48), lambda i, j: te.exp(A[i, j]) * 2.0 + A[i, (j + 1) % 48], name="B")
-    res = tune(Task("mine", [A, B]), trials=6, strategy="random", sp=SMALL, progress=False)
+    sp = SearchParams(population=16, measures_per_round=4, evolution_iters=2)
+    res = tune(Task("mine", [A, B]), trials=6, strategy="random", sp=sp)
     assert res.best_trace is not None and res.failures == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert [ln.split("] ", 1)[1].split(",")[0] for ln in lines[:2]] == ["mine: 4/6 measured", "mine: 6/6 measured"]
 
 
 def test_crashing_candidates_cost_one_trial_each():
@@ -62,7 +66,7 @@ def test_hanging_candidates_time_out_and_the_run_goes_on():
     assert res.measurements == 2 and res.failures == 2
 
 
-def test_sigkill_mid_run_then_resume(tmp_path):
+def test_sigkill_mid_run_then_resume(tmp_path, capsys):
     db = str(tmp_path / "k.db")
     script = textwrap.dedent(f"""
         from tlmir import ops
@@ -89,11 +93,12 @@ def test_sigkill_mid_run_then_resume(tmp_path):
     with RecordDB(db) as rdb:
         before = rdb.records(task.key)
     assert len(before) >= 5
-    res = tune(task, trials=len(before) + 3, strategy="random", db=db, sp=SMALL, progress=False)
+    res = tune(task, trials=len(before) + 3, strategy="random", db=db, sp=SMALL)
     with RecordDB(db) as rdb:
         after = rdb.records(task.key)
     assert [r.trace for r in after[: len(before)]] == [r.trace for r in before]
     assert len(after) == len(before) + 3 == res.measurements
+    assert f"] matmul: {len(before)} measurements resumed from {db}\n" in capsys.readouterr().err
     assert len({r.trace for r in after}) == len(after)  # nothing measured twice
 
 

@@ -16,7 +16,7 @@ class _DefaultsHelp(argparse.HelpFormatter):
 
     def _get_help_string(self, action) -> str:
         text = action.help or ""
-        if action.option_strings and action.default not in (None, False, argparse.SUPPRESS) \
+        if action.option_strings and not any(action.default is v for v in (None, False, argparse.SUPPRESS)) \
                 and "%(default)" not in text:
             text += " (default: %(default)s)"
         return text
@@ -30,8 +30,8 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):
-        where = self.prog.split(" ", 1)[1] + ": " if " " in self.prog else ""
-        sys.stderr.write(f"tlmir: error: {where}{message}\n")
+        where = self.prog.removeprefix("tlmir").strip()  # "tune", "train pretrain", "python -m tlmir.demo"
+        sys.stderr.write(f"tlmir: error: {where + ': ' if where else ''}{message}\n")
         sys.exit(2)
 
 

@@ -192,7 +192,10 @@ def cmd_show_db(args) -> None:
     from .schedule.decider import Trace
     existing_file(args.db, "--db")
     with RecordDB(args.db) as db:
-        for task_key, name, hw_key, n, best in db.tasks():
+        tasks = db.tasks()
+        if not tasks:
+            print(f"{args.db}: no records yet")
+        for task_key, name, hw_key, n, best in tasks:
             if best is None:
                 print(f"{name}: {n} records, none succeeded")
                 continue

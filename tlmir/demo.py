@@ -9,13 +9,15 @@ shows the loop nest, compiles it through LLVM, checks it against numpy and times
 """
 from __future__ import annotations
 
-import argparse
+import sys
 import time
 
 import numpy as np
 
 import tlmir
 from tlmir import te
+from tlmir.argtypes import Parser, positive_int
+from tlmir.errors import TlmirError
 
 
 def schedule_matmul(A, B, C):
@@ -82,30 +84,35 @@ def network_demo(network: str, trials_per_task: int, model: str, strategy: str =
     from tlmir.workloads import network_tasks
     print(f"tuning {network} ({len(network_tasks(network))} subgraphs, held out from the model's "
           f"training) with the TLM in {model_dir(model)} ({strategy}), {trials_per_task} measurements "
-          f"per subgraph")
+          f"per subgraph", flush=True)  # before the first progress line on stderr, also in a pipe
     t0 = time.perf_counter()
     rep = network_report(network, strategy, trials_per_task, model=model,
                          sp=SearchParams(tlm_rank_per_slot=rank_per_slot))
-    print(format_network(rep))
     print(f"demo finished in {time.perf_counter() - t0:.0f} s")
+    print(format_network(rep))  # its last line: faster or slower than PyTorch, in words
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m tlmir.demo", description=__doc__.split("\n\n")[0])
-    p.add_argument("--network", default="resnet-50")
-    p.add_argument("--trials-per-task", type=int, default=10)
-    p.add_argument("--model", default="default")
+def main(argv: list[str] | None = None) -> int:
+    p = Parser(prog="python -m tlmir.demo", description=__doc__.split("\n\n")[0])
+    p.add_argument("--network", default="resnet-50", help="network to tune (see `tlmir workloads`)")
+    p.add_argument("--trials-per-task", type=positive_int, default=10, help="measurements per subgraph")
+    p.add_argument("--model", default="default", help="TLM: default (shipped, SFT'd), base, or a directory")
     p.add_argument("--strategy", default="tlm", help="tlm (ranked by the evaluator) or tlm@none (as written)")
-    p.add_argument("--rank-per-slot", type=int, default=16, help="programs the TLM writes per measurement")
+    p.add_argument("--rank-per-slot", type=positive_int, default=16, help="programs the TLM writes per measurement")
     p.add_argument("--matmul", action="store_true", help="the hand-scheduled matmul demo instead")
     a = p.parse_args(argv)
-    if a.matmul:
-        matmul_demo()
-        return
-    from tlmir.lm.registry import passive_openmp
-    passive_openmp()
-    network_demo(a.network, a.trials_per_task, a.model, a.strategy, a.rank_per_slot)
+    try:
+        if a.matmul:
+            matmul_demo()
+            return 0
+        from tlmir.lm.registry import passive_openmp
+        passive_openmp()
+        network_demo(a.network, a.trials_per_task, a.model, a.strategy, a.rank_per_slot)
+    except TlmirError as e:
+        print(f"tlmir: error: {e}", file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -70,8 +70,9 @@ def build_tasks(tasks: list, strategy: str | None = "tlm", trials_per_task: int 
 
 
 def build_kernels(tasks: list, results: list, strategy: str | None, target: str = "cpu") -> Compiled:
-    """Each task's best program among `results` (TuneResults of `strategy`), or its untuned
-    default schedule where nothing was measured, compiled for `target`."""
+    """Each task's best program among `results` (TuneResults of `strategy`) compiled for
+    `target`, or its untuned default schedule where nothing was measured or where the
+    default runs faster (timed here, both alike): a tuned model never runs a slower kernel."""
     from ..runtime.backend import compile_func
     from ..schedule import create_schedule, lower
     from ..search.tune import kernel_name
@@ -80,14 +81,24 @@ def build_kernels(tasks: list, results: list, strategy: str | None, target: str 
     kernels, sources = {}, {}
     for task, _ in tasks:
         r = by_key.get(task.key)
-        if r is not None and r.best_trace is not None:
-            sch = r.best_schedule()
-            sources[task.key] = f"{strategy}, {r.measurements} measured"
+        default = compile_func(lower(create_schedule(task.outputs), task.args, kernel_name(task.name)), hw)
+        kernels[task.key], sources[task.key] = default, "untuned default"
+        if r is None or r.best_trace is None:
+            continue
+        tuned = compile_func(lower(r.best_schedule(), task.args, kernel_name(task.name)), hw)
+        if kernel_seconds(task, tuned) <= kernel_seconds(task, default):
+            kernels[task.key], sources[task.key] = tuned, f"{strategy}, {r.measurements} measured"
         else:
-            sch = create_schedule(task.outputs)
-            sources[task.key] = "untuned default"
-        kernels[task.key] = compile_func(lower(sch, task.args, kernel_name(task.name)), hw)
+            sources[task.key] = f"untuned default (faster than {strategy}'s best of {r.measurements})"
     return Compiled(kernels, sources)
+
+
+def kernel_seconds(task, kernel) -> float:
+    """Median seconds of `kernel` on the task's random inputs."""
+    import numpy as np
+    ins = task.random_inputs(0)
+    outs = [np.zeros(t.shape, t.dtype) for t in task.outputs]
+    return kernel.benchmark(*ins, *outs, warmup=1, repeat=3).median
 
 
 def compile(model: torch.nn.Module, example_inputs: Sequence, strategy: str | None = "tlm",  # noqa: A001

@@ -13,6 +13,7 @@ import torch.fx as fx
 from torch.utils import _pytree as pytree
 
 from ..errors import FrontendError
+from ..evaluate import how_fast
 from ..runtime.backend import default_num_threads, time_calls
 from .capture import Graph
 from .partition import Partition, Subgraph, TorchStep
@@ -201,8 +202,8 @@ class CompiledModel:
             t_ours = time_calls(lambda: self(*args), warmup=1, repeat=repeat, min_time=0).median
             with torch.no_grad():
                 t_eager = time_calls(lambda: eager(*args), warmup=1, repeat=repeat, min_time=0).median
-            lines.append(f"end to end: tlmir {t_ours * 1e3:.3f} ms, PyTorch eager {t_eager * 1e3:.3f} ms "
-                         f"({t_eager / t_ours:.2f}x PyTorch)")
+            lines.append(f"end to end: tlmir {t_ours * 1e3:.3f} ms, PyTorch eager {t_eager * 1e3:.3f} ms: "
+                         f"tlmir is {how_fast(t_eager / t_ours)} than PyTorch")
         return "\n".join(lines)
 
     def _source(self, step) -> str:

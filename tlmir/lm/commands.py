@@ -42,10 +42,14 @@ def _split_by_task(packed, where, val_fraction: float, val_max: int):
 
 def cmd_train_pretrain(args) -> None:
     passive_openmp()
-    from .model import GPTConfig
+    from .model import PRESETS, GPTConfig
     from .sample import encode_corpus
     from .tokenizer import Tokenizer
     from .train import pretrain
+    if args.config not in PRESETS:  # before minutes of encoding the corpus
+        raise TlmirError(f"--config {args.config!r}: presets are {', '.join(PRESETS)}")
+    if not os.path.exists(args.data):
+        raise TlmirError(f"--data {args.data!r}: no such corpus directory or sentences file")
     data_dir = args.data if os.path.isdir(args.data) else os.path.dirname(os.path.abspath(args.data))
     tok_path = args.tokenizer or os.path.join(data_dir, TOKENIZER_FILE)
     tok = Tokenizer.load(tok_path)

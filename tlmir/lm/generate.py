@@ -241,9 +241,11 @@ class Generator:
 
     @torch.inference_mode()
     def unconstrained(self, task, n: int, batch_size: int = 64, max_tokens: int = 1024) -> list[Generated]:
-        """Sample the raw model (no mask) and parse what comes out."""
+        """Sample the raw model (no mask) and parse what comes out; a sentence cut off at
+        `max_tokens` or the model's block size is reported malformed."""
         out: list[Generated] = []
         prefix = prefix_words(task, self.hw)
+        max_tokens = min(max_tokens, self.model.config.block_size)
         while len(out) < n:
             b = min(batch_size, n - len(out))
             cache, first = self._prefix_cache(task, b)

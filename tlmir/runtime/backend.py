@@ -125,11 +125,13 @@ def stored_buffers(func: PrimFunc) -> set[int]:
     return {id(s.buffer) for s in walk_stmt(func.body) if isinstance(s, Store)}
 
 
-def check_arguments(func: PrimFunc, arrays: tuple, written: set[int]) -> None:
+def check_arguments(func: PrimFunc, arrays: tuple, written: set[int],
+                    inplace: dict[int, int] | None = None) -> None:
     """Raise ArgumentError unless `arrays` fit `func.args` one to one: numpy arrays of the
     buffer's dtype and shape, C-contiguous, writeable where `func` writes them (`written`:
-    ids of those buffers), and no written array sharing memory with another argument.
-    Every backend checks the same, so a call valid on one is valid on all."""
+    ids of those buffers), and no written array sharing memory with another argument but
+    the input `inplace` names for it. Every backend checks the same, so a call valid on one
+    is valid on all."""
     if len(arrays) != len(func.args):
         names = ", ".join(b.name for b in func.args)
         raise ArgumentError(f"{func.name}: expected {len(func.args)} arrays ({names}), got {len(arrays)}")
@@ -149,9 +151,10 @@ def check_arguments(func: PrimFunc, arrays: tuple, written: set[int]) -> None:
         if id(buf) not in written:
             continue
         for j, (b, other) in enumerate(zip(arrays, func.args)):
-            if j != k and np.may_share_memory(a, b):
+            if j != k and (inplace or {}).get(k) != j and np.may_share_memory(a, b):
+                also = f", or build with inplace={{{k}: {j}}}" if id(other) not in written else ""
                 raise ArgumentError(f"{func.name}: argument {k} ({buf.name}) is written and shares memory "
-                                    f"with argument {j} ({other.name}); pass separate arrays")
+                                    f"with argument {j} ({other.name}); pass separate arrays{also}")
 
 
 def time_calls(call: Callable[[], None], warmup: int = 2, repeat: int = 10, min_time: float = 1e-3) -> Timing:

@@ -4,7 +4,9 @@ A Schedule holds one Stage per operation. Primitives change a stage's loop struc
 (split / fuse / reorder), annotate loops (vectorize / unroll / parallel / bind / pragma),
 move stages (compute_at / compute_inline / compute_root) or add stages (cache_read /
 cache_write / rfactor). Every primitive appends a `Step`, so any schedule prints,
-serialises and replays (see steps.py). Loop orders are outermost first.
+serialises and replays (see steps.py). Loop orders are outermost first. Stages and axes
+may be given by name (`s["C"].split("i", factor=8)`), so the printed history runs as
+Python.
 """
 from __future__ import annotations
 
@@ -53,8 +55,11 @@ class Stage:
             raise ScheduleError(f"{prim}: stage {self.name!r} is a placeholder (an input); "
                                 f"only compute stages can be scheduled")
 
-    def _leaf(self, iv, prim: str) -> IterVar:
+    def _leaf(self, iv: IterVar | str, prim: str) -> IterVar:
+        """`iv` (an axis or its name) if it is a current loop of this stage."""
         self._check_compute(prim)
+        if isinstance(iv, str):
+            iv = self.find(iv)
         if not isinstance(iv, IterVar):
             raise ScheduleError(f"{prim} on stage {self.name!r}: expected an axis (IterVar), got {iv!r}")
         if iv not in self.leaf_iter_vars:
@@ -79,9 +84,9 @@ class Stage:
         return iv
 
     # --------------------------------------------------------- loop structure
-    def split(self, iv: IterVar, factor: int | None = None, nparts: int | None = None):
+    def split(self, iv: IterVar | str, factor: int | None = None, nparts: int | None = None):
         """Split a loop into (outer, inner); a non-divisible split gets a guard."""
-        self._leaf(iv, "split")
+        iv = self._leaf(iv, "split")
         if (factor is None) == (nparts is None):
             raise ScheduleError(f"split {self.name}.{iv.name}: give exactly one of factor= or nparts=")
         n = factor if factor is not None else nparts
@@ -97,20 +102,20 @@ class Stage:
         self._record("split", axis=iv.name, factor=f)
         return outer, inner
 
-    def tile(self, x: IterVar, y: IterVar, x_factor: int, y_factor: int):
+    def tile(self, x: IterVar | str, y: IterVar | str, x_factor: int, y_factor: int):
         """TVM's tile: split both, order (xo, yo, xi, yi)."""
         xo, xi = self.split(x, factor=x_factor)
         yo, yi = self.split(y, factor=y_factor)
         self.reorder(xo, yo, xi, yi)
         return xo, yo, xi, yi
 
-    def fuse(self, *ivs: IterVar) -> IterVar:
+    def fuse(self, *ivs: IterVar | str) -> IterVar:
         """Fuse adjacent loops (outermost first) into one."""
         if len(ivs) < 2:
             raise ScheduleError(f"fuse on stage {self.name!r} needs at least two axes")
-        out = self._leaf(ivs[0], "fuse")
+        ivs = tuple(self._leaf(iv, "fuse") for iv in ivs)
+        out = ivs[0]
         for iv in ivs[1:]:
-            self._leaf(iv, "fuse")
             k = self.leaf_iter_vars.index(out)
             if k + 1 >= len(self.leaf_iter_vars) or self.leaf_iter_vars[k + 1] is not iv:
                 raise ScheduleError(f"fuse on stage {self.name!r}: {out.name!r} and {iv.name!r} are "
@@ -138,10 +143,9 @@ class Stage:
                 if st.attach[2] is inner:
                     st.attach = ("at", self, fused)
 
-    def reorder(self, *ivs: IterVar) -> None:
+    def reorder(self, *ivs: IterVar | str) -> None:
         """Put the given loops, in the order given, into the positions they occupy."""
-        for iv in ivs:
-            self._leaf(iv, "reorder")
+        ivs = tuple(self._leaf(iv, "reorder") for iv in ivs)
         if len(set(map(id, ivs))) != len(ivs):
             raise ScheduleError(f"reorder on stage {self.name!r}: an axis is repeated "
                                 f"{[iv.name for iv in ivs]}")
@@ -151,36 +155,37 @@ class Stage:
         self._record("reorder", axes=[iv.name for iv in ivs])
 
     # ------------------------------------------------------------ annotations
-    def _annotate(self, iv: IterVar, kind: str, tag: str | None = None) -> None:
-        self._leaf(iv, kind)
+    def _annotate(self, iv: IterVar | str, kind: str, tag: str | None = None) -> IterVar:
+        iv = self._leaf(iv, kind)
         if kind in ("parallel", "vectorized", "thread_binding") and iv.kind == "reduce" and tag != "threadIdx.x":
             raise ScheduleError(f"{kind} on stage {self.name!r}: {iv.name!r} is a reduction axis; "
                                 f"iterations would race on the same output")
         self.iter_kind[iv] = kind
         if tag:
             self.thread_tag[iv] = tag
+        return iv
 
-    def vectorize(self, iv: IterVar) -> None:
-        self._annotate(iv, "vectorized")
+    def vectorize(self, iv: IterVar | str) -> None:
+        iv = self._annotate(iv, "vectorized")
         self._record("vectorize", axis=iv.name)
 
-    def unroll(self, iv: IterVar) -> None:
-        self._annotate(iv, "unrolled")
+    def unroll(self, iv: IterVar | str) -> None:
+        iv = self._annotate(iv, "unrolled")
         self._record("unroll", axis=iv.name)
 
-    def parallel(self, iv: IterVar) -> None:
-        self._annotate(iv, "parallel")
+    def parallel(self, iv: IterVar | str) -> None:
+        iv = self._annotate(iv, "parallel")
         self._record("parallel", axis=iv.name)
 
-    def bind(self, iv: IterVar, tag: str) -> None:
+    def bind(self, iv: IterVar | str, tag: str) -> None:
         if tag not in THREAD_TAGS:
             raise ScheduleError(f"bind on stage {self.name!r}: unknown thread tag {tag!r}; "
                                 f"expected one of {THREAD_TAGS}")
-        self._annotate(iv, "thread_binding", tag)
+        iv = self._annotate(iv, "thread_binding", tag)
         self._record("bind", axis=iv.name, tag=tag)
 
-    def pragma(self, iv: IterVar, name: str, value: int) -> None:
-        self._leaf(iv, "pragma")
+    def pragma(self, iv: IterVar | str, name: str, value: int) -> None:
+        iv = self._leaf(iv, "pragma")
         if name != "auto_unroll_max_step":
             raise ScheduleError(f"pragma on stage {self.name!r}: unknown pragma {name!r}; "
                                 f"supported: 'auto_unroll_max_step'")
@@ -193,12 +198,12 @@ class Stage:
         self._record("pragma", axis=iv.name, name=name, value=value)
 
     # -------------------------------------------------------------- placement
-    def compute_at(self, parent: "Stage", iv: IterVar) -> None:
+    def compute_at(self, parent: "Stage", iv: IterVar | str) -> None:
         """Compute this stage inside `parent`'s loop `iv`, only the region that loop needs."""
         self._check_compute("compute_at")
         if not isinstance(parent, Stage):
             raise ScheduleError(f"compute_at on stage {self.name!r}: parent must be a stage (s[T])")
-        parent._leaf(iv, f"compute_at({self.name})")
+        iv = parent._leaf(iv, f"compute_at({self.name})")
         if parent is self:
             raise ScheduleError(f"compute_at: stage {self.name!r} cannot be attached to itself")
         p = parent
@@ -256,6 +261,9 @@ class Schedule:
         self._map[id(stage.op)] = stage
 
     def __getitem__(self, t) -> Stage:
+        """The stage of a tensor, an operation or a stage name."""
+        if isinstance(t, str):
+            return self.stage(t)
         op = t.op if isinstance(t, Tensor) else t
         st = self._map.get(id(op))
         if st is None:
@@ -284,13 +292,15 @@ class Schedule:
         return [s for s in self.stages if stage in self.producers_of(s, transitive=False)]
 
     # --------------------------------------------------------- adding stages
-    def cache_read(self, tensor: Tensor, scope: str, readers: Sequence,
+    def cache_read(self, tensor: Tensor | str, scope: str, readers: Sequence,
                    layout: Sequence[int] | None = None) -> Tensor:
         """A copy of `tensor` in `scope` that `readers` read instead of the original.
         `layout` permutes the copy's dimensions (its dimension d is the tensor's dimension
         layout[d]), e.g. (1, 0) packs an NxK weight as KxN so a loop over n reads it
         contiguously; such a copy is named `T.pack`."""
         src = self[tensor]
+        if isinstance(tensor, str):
+            tensor = src.op.output()
         ndim = len(tensor.shape)
         perm = list(range(ndim)) if layout is None else [int(d) for d in layout]
         if sorted(perm) != list(range(ndim)):
@@ -321,7 +331,7 @@ class Schedule:
         self.history.append(Step("cache_read", src.name, args))
         return cache
 
-    def cache_write(self, tensor: Tensor, scope: str) -> Tensor:
+    def cache_write(self, tensor: Tensor | str, scope: str) -> Tensor:
         """Compute `tensor` into a `scope` buffer first; the stage becomes a copy out of it."""
         st = self[tensor]
         st._check_compute("cache_write")
@@ -349,10 +359,10 @@ class Schedule:
         self.history.append(Step("cache_write", st.name, {"scope": scope}))
         return cache
 
-    def rfactor(self, tensor: Tensor, iv: IterVar) -> Tensor:
+    def rfactor(self, tensor: Tensor | str, iv: IterVar | str) -> Tensor:
         """Turn reduction loop `iv` into a data-parallel axis of a new stage (TVM's rfactor)."""
         st = self[tensor]
-        st._leaf(iv, "rfactor")
+        iv = st._leaf(iv, "rfactor")
         rf_op, new_op = rfactor_ops(st, iv)
         self._replace_op(st, new_op)
         st._reset_loops()

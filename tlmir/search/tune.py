@@ -62,7 +62,7 @@ def kernel_name(name: str) -> str:
 
 class Progress:
     """Progress on stderr: on a terminal one status line redrawn in place (a progress bar
-    without a dependency); elsewhere (a log, a pipe) one line per task when it is done."""
+    without a dependency); elsewhere (a log, a pipe) one line per round of measurements."""
 
     def __init__(self, total: int, label: str, enabled: bool = True):
         self.total, self.label, self.enabled = total, label, enabled
@@ -86,7 +86,7 @@ class Progress:
             sys.stderr.flush()
 
     def line(self, text: str) -> None:
-        """A line of its own where there is no terminal to redraw (one per tuned task)."""
+        """A line of its own where there is no terminal to redraw (one per round)."""
         if self.enabled and not self.tty:
             sys.stderr.write(f"[{time.perf_counter() - self.t0:6.1f}s] {text}\n")
             sys.stderr.flush()
@@ -236,12 +236,16 @@ def tune(task: Task, target: str = "cpu", trials: int = 64, strategy: str = "evo
     try:
         tuner = TaskTuner(task, strategy, rdb, meas, hw, sp, seed, model)
         bar = Progress(trials, task.name, progress)
+        if tuner.result.measurements:
+            bar.line(f"{task.name}: {tuner.result.measurements} measurements resumed from {rdb.path}")
         confirm = sp.confirm_top * sp.confirm_rounds if trials >= sp.confirm_min_trials else 0
         while tuner.result.measurements < trials - confirm:
             before = tuner.result.measurements
             n = min(tuner.round_size(), trials - confirm - before)
             if tuner.step(n, bar, before) == 0:
                 break  # the space is exhausted
+            bar.line(f"{task.name}: {tuner.result.measurements}/{trials} measured, "
+                     f"best {tuner.result.gflops:.2f} GFLOP/s")
         if confirm and tuner.result.measurements < trials:
             tuner.confirm(trials - tuner.result.measurements, bar)
         bar.close()
@@ -310,6 +314,8 @@ def tune_workload(tasks: list, trials_per_task: int, strategy: str = "evolutiona
         rounds = [0] * len(tasks)
         bar = Progress(budget, f"{len(tasks)} tasks", progress)
         spent = sum(t.result.measurements for t in tuners)
+        if spent:
+            bar.line(f"{spent} measurements resumed from {rdb.path}")
         exhausted: set[int] = set()
         while spent < budget and len(exhausted) < len(tasks):
             fresh = [i for i in range(len(tasks))
