@@ -58,6 +58,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("language", ["tlmir.lm", "tlmir.lm.language", "tlmir.lm.tokenizer", "tlmir.lm.model",
                   "tlmir.lm.checkpoint"]),
     ("backends", ["tlmir.runtime.backend", "tlmir.runtime.interpreter", "tlmir.runtime.interp_backend",
+                  "tlmir.runtime.inplace",
                   "tlmir.codegen_cpu.*", "tlmir.build"]),
     ("measurement", ["tlmir.runtime.measure", "tlmir.runtime.worker", "tlmir.runtime.worker_process",
                      "tlmir.runtime.records"]),
