@@ -119,6 +119,19 @@ def baseline(framework: str, *families: str) -> Callable[[BaselineBuilder], Base
     return register
 
 
+def torch_act(act: str | None) -> Callable:
+    """The PyTorch epilogue of an op's `act` parameter, in place where PyTorch has one (the
+    baselines' fused activations: relu, relu6, gelu, tanh; None: none)."""
+    import torch
+    import torch.nn.functional as F
+    fns = {None: lambda r: r, "relu": torch.relu_, "relu6": lambda r: F.relu6(r, inplace=True),
+           "gelu": F.gelu, "tanh": torch.tanh_}
+    if act not in fns:
+        raise DefinitionError(f"no PyTorch baseline for activation {act!r}; known: "
+                              f"{', '.join(str(k) for k in fns)}")
+    return fns[act]
+
+
 # ------------------------------------------------------------------ parameter helpers
 
 def pos_int(op: str, name: str, v, allow_zero: bool = False) -> int:

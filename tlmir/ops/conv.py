@@ -11,7 +11,7 @@ import numpy as np
 from .. import te
 from ..errors import DefinitionError
 from ..ir.tensor import Tensor
-from .base import OpDef, baseline, count_flops, out_size, pair, pos_int
+from .base import OpDef, baseline, count_flops, out_size, pair, pos_int, torch_act
 
 
 def pad_nchw(X: Tensor, ph: int, pw: int, value: float = 0.0, name: str = "pad") -> Tensor:
@@ -372,9 +372,8 @@ def _conv2d_bias_relu_torch(p: dict) -> Callable:
 def _conv2d_bias_torch(p: dict) -> Callable:
     import torch.nn.functional as F
     st, pd, dl, groups = _window(p)
-    if p.get("act") == "relu6":
-        return lambda x, w, b: F.relu6(F.conv2d(x, w, b, st, pd, dl, groups), inplace=True)
-    return lambda x, w, b: F.conv2d(x, w, b, st, pd, dl, groups)
+    act = torch_act(p.get("act"))
+    return lambda x, w, b: act(F.conv2d(x, w, b, st, pd, dl, groups))
 
 
 @baseline("torch", "conv2d_nhwc")
@@ -392,12 +391,10 @@ def _conv2d_nhwc_torch(p: dict) -> Callable:
 
 @baseline("torch", "depthwise_conv2d_nchw")
 def _depthwise_conv2d_nchw_torch(p: dict) -> Callable:
-    import torch
     import torch.nn.functional as F
     st, pd, dl = hw(p["stride"]), hw(p["padding"]), hw(p["dilation"])
     C, m, R, S = p["C"], p["multiplier"], p["R"], p["S"]
-    act = {None: lambda r: r, "relu": torch.relu_,
-           "relu6": lambda r: F.relu6(r, inplace=True)}[p.get("act")]
+    act = torch_act(p.get("act"))
     if p.get("bias"):
         return lambda x, w, b: act(F.conv2d(x, w.reshape(C * m, 1, R, S), b, st, pd, dl, C))
     return lambda x, w: act(F.conv2d(x, w.reshape(C * m, 1, R, S), None, st, pd, dl, C))
@@ -405,16 +402,7 @@ def _depthwise_conv2d_nchw_torch(p: dict) -> Callable:
 
 @baseline("torch", "conv2d_transpose_nchw")
 def _conv2d_transpose_nchw_torch(p: dict) -> Callable:
-    import torch
     import torch.nn.functional as F
     st, pd, opd = hw(p["stride"]), hw(p["padding"]), hw(p["output_padding"])
-    bias, act = p.get("bias", False), p.get("act")
-
-    def conv2d_transpose(x, w, *rest):
-        r = F.conv_transpose2d(x, w, rest[0] if bias else None, st, pd, opd)
-        if act == "relu":
-            r = torch.relu_(r)
-        elif act == "tanh":
-            r = torch.tanh_(r)
-        return r
-    return conv2d_transpose
+    bias, act = p.get("bias", False), torch_act(p.get("act"))
+    return lambda x, w, *rest: act(F.conv_transpose2d(x, w, rest[0] if bias else None, st, pd, opd))

@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import te
 from ..errors import DefinitionError
-from .base import OpDef, baseline, count_flops, pos_int
+from .base import OpDef, baseline, count_flops, pos_int, torch_act
 
 ACTIVATIONS = (None, "relu", "gelu")
 
@@ -152,18 +152,9 @@ def _dense_numpy(p: dict) -> Callable:
 
 @baseline("torch", "dense")
 def _dense_torch(p: dict) -> Callable:
-    import torch
     import torch.nn.functional as F
-    bias, act = p.get("bias", False), p.get("act")
-
-    def dense(x, w, *rest):
-        r = F.linear(x, w, rest[0] if bias else None)
-        if act == "relu":
-            r = torch.relu_(r)
-        elif act == "gelu":
-            r = F.gelu(r)
-        return r
-    return dense
+    bias, act = p.get("bias", False), torch_act(p.get("act"))
+    return lambda x, w, *rest: act(F.linear(x, w, rest[0] if bias else None))
 
 
 def _onednn_linear() -> Callable | None:
