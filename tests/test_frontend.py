@@ -156,7 +156,7 @@ def test_tuned_compile_reuses_records_and_keeps_a_faster_default(tmp_path, monke
     before = rdb.count()
     rdb.close()
     times = iter([2.0, 1.0] * len(cm.compiled.sources))  # each task: its tuned program, then its default
-    monkeypatch.setattr(frontend, "kernel_seconds", lambda task, kernel: next(times))
+    monkeypatch.setattr(frontend, "kernel_seconds", lambda task, kernel, repeat: next(times))
     again = frontend.compile(m, (x,), strategy="evolutionary", trials_per_task=4, db=db, progress=False)
     rdb = RecordDB(db)
     assert rdb.count() == before >= 8     # nothing measured twice

@@ -161,6 +161,11 @@ def default_seconds(task: Task, threads: int, repeat: int = 5) -> float:
     from .schedule.schedule import create_schedule
     kernel = compile_func(lower(create_schedule(task.outputs), task.args))
     kernel.num_threads = threads
+    return kernel_seconds(task, kernel, repeat)
+
+
+def kernel_seconds(task: Task, kernel, repeat: int = 5) -> float:
+    """Median seconds of a built kernel of `task` on the task's random inputs."""
     ins = task.random_inputs(0)
     outs = [np.zeros(t.shape, t.dtype) for t in task.outputs]
     return kernel.benchmark(*ins, *outs, warmup=1, repeat=repeat).median

@@ -14,6 +14,7 @@ from typing import Sequence
 import torch
 
 from ..errors import FrontendError
+from ..evaluate import kernel_seconds
 from ..runtime.target import parse_target
 from .capture import Graph, capture, capture_fx
 from .compiled import Compiled, CompiledModel
@@ -86,19 +87,11 @@ def build_kernels(tasks: list, results: list, strategy: str | None, target: str 
         if r is None or r.best_trace is None:
             continue
         tuned = compile_func(lower(r.best_schedule(), task.args, kernel_name(task.name)), hw)
-        if kernel_seconds(task, tuned) <= kernel_seconds(task, default):
+        if kernel_seconds(task, tuned, 3) <= kernel_seconds(task, default, 3):
             kernels[task.key], sources[task.key] = tuned, f"{strategy}, {r.measurements} measured"
         else:
             sources[task.key] = f"untuned default (faster than {strategy}'s best of {r.measurements})"
     return Compiled(kernels, sources)
-
-
-def kernel_seconds(task, kernel) -> float:
-    """Median seconds of `kernel` on the task's random inputs."""
-    import numpy as np
-    ins = task.random_inputs(0)
-    outs = [np.zeros(t.shape, t.dtype) for t in task.outputs]
-    return kernel.benchmark(*ins, *outs, warmup=1, repeat=3).median
 
 
 def compile(model: torch.nn.Module, example_inputs: Sequence, strategy: str | None = "tlm",  # noqa: A001
