@@ -23,7 +23,7 @@ import numpy as np
 import torch
 import torch.fx as fx
 
-from .partition import Subgraph, TorchStep
+from .partition import Subgraph
 
 ALIGN = 64      # bytes: every output starts on a cache line, as PyTorch's allocator gives
 
@@ -113,7 +113,7 @@ def plan_memory(outputs: list, steps: list) -> MemoryPlan:
         if isinstance(step, Subgraph):
             first[i] = last[i] = i
             roots[step.output] = frozenset({i})
-        elif isinstance(step, TorchStep) and aliases_input(step.node):
+        elif aliases_input(step.node):
             roots[step.node] = frozenset().union(*(roots.get(r, frozenset()) for r in reads))
     returned = frozenset().union(*(roots.get(o, frozenset()) for o in outputs if o is not None))
     slots = {i: Slot(i, None, _nbytes(steps[i]), first[i], last[i]) for i in returned}
