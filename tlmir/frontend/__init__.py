@@ -18,6 +18,7 @@ from ..evaluate import kernel_seconds
 from ..runtime.target import parse_target
 from .capture import Graph, capture, capture_fx
 from .compiled import Compiled, CompiledModel
+from .memory import MemoryPlan, plan_memory
 from .partition import Partition, Subgraph, TorchStep, partition
 
 
@@ -48,6 +49,7 @@ class ImportedModel:
         fb = self.part.fallback_ops()
         lines.append(f"layout steps in PyTorch: {layout}; fallbacks: "
                      + (", ".join(f"{k} x{v}" for k, v in fb.items()) or "none"))
+        lines.append(plan_memory(self.graph.outputs, self.part.steps).describe())
         return "\n".join(lines)
 
 
@@ -110,4 +112,4 @@ def compile(model: torch.nn.Module, example_inputs: Sequence, strategy: str | No
 
 
 __all__ = ["ImportedModel", "CompiledModel", "import_model", "compile", "build_tasks", "build_kernels",
-           "capture", "capture_fx", "partition", "Subgraph", "TorchStep"]
+           "capture", "capture_fx", "partition", "plan_memory", "MemoryPlan", "Subgraph", "TorchStep"]

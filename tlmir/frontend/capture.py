@@ -1,8 +1,9 @@
 """Capture: a PyTorch module (or a TorchDynamo graph) as a functional ATen graph.
 
-`torch.export` traces the module; `run_decompositions({})` makes it functional (in-place
+`torch.export` traces the module; `run_decompositions` makes it functional (in-place
 ops become out-of-place) without breaking the ops tlmir maps (conv2d, linear, layer_norm,
-softmax, matmul stay whole). Parameters and buffers become constants, frozen at capture
+softmax, matmul stay whole), and decomposes scaled_dot_product_attention into them
+(`attention.DECOMPOSITIONS`). Parameters and buffers become constants, frozen at capture
 time (as Inductor's `freezing`); nodes whose inputs are all constants are folded.
 """
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch.fx as fx
 from torch.utils import _pytree as pytree
 
 from ..errors import FrontendError
+from .attention import DECOMPOSITIONS
 
 
 @dataclass
@@ -68,7 +70,7 @@ def capture(module: torch.nn.Module, example_inputs: Sequence) -> Graph:
     args = _check_inputs(example_inputs)
     try:
         ep = torch.export.export(module, args, strict=False)
-        ep = ep.run_decompositions({})
+        ep = ep.run_decompositions(dict(DECOMPOSITIONS))
     except Exception as e:  # torch raises many types; the message is what matters
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise FrontendError(f"import: torch.export failed on {type(module).__name__}: {first}") from None
@@ -93,7 +95,7 @@ def capture_fx(gm: fx.GraphModule, example_inputs: Sequence, frozen: Sequence[bo
     constants holding their example values."""
     args = _check_inputs(example_inputs)
     try:
-        ep = torch.export.export(gm, args, strict=False).run_decompositions({})
+        ep = torch.export.export(gm, args, strict=False).run_decompositions(dict(DECOMPOSITIONS))
     except Exception as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise FrontendError(f"torch.compile backend tlmir: torch.export failed: {first}") from None
@@ -139,7 +141,8 @@ def _finish(gm: fx.GraphModule, inputs: list, constants: dict, out_spec) -> Grap
 
 
 RANDOM_OPS = {"rand", "randn", "randint", "randperm", "rand_like", "randn_like", "bernoulli",
-              "normal", "uniform", "dropout", "native_dropout", "empty", "empty_like"}
+              "normal", "uniform", "dropout", "native_dropout", "empty", "empty_like",
+              "scaled_dot_product_attention"}   # what capture leaves of SDPA has dropout
 
 
 def _fold_constants(gm: fx.GraphModule, constants: dict) -> None:

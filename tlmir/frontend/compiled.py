@@ -1,7 +1,9 @@
 """A PyTorch model compiled by tlmir: its subgraphs run as tlmir kernels on the tensors'
-memory, the rest in PyTorch; `report()` times each subgraph against PyTorch."""
+memory, writing their outputs into the planned arena (`memory.py`), the rest in PyTorch;
+`report()` times each subgraph against PyTorch."""
 from __future__ import annotations
 
+import math
 import statistics
 import threading
 import time
@@ -16,13 +18,11 @@ from ..errors import FrontendError
 from ..evaluate import how_fast
 from ..runtime.backend import default_num_threads, time_calls
 from .capture import Graph
+from .memory import ALIASED_COPIES, RESHAPES, MemoryPlan, plan_memory
 from .partition import Partition, Subgraph, TorchStep
 
 
 _THREADS = "threads"     # env key of the thread count of this call
-IDENTITY = {torch.ops.aten.clone.default, torch.ops.aten.alias.default,
-            torch.ops.aten.detach.default, torch.ops.aten.lift_fresh_copy.default}
-VIEWS = {torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default}
 
 
 @dataclass
@@ -34,7 +34,9 @@ class Compiled:
 
 class CompiledModel:
     """Call it like the model (positional tensors of the example shapes); float32 CPU
-    tensors are used in place, others are converted once per call (counted)."""
+    tensors are used in place, others are converted once per call (counted). Kernel
+    outputs live in one arena planned by `memory.plan_memory` (`memory` holds the plan),
+    except returned ones, which each call allocates."""
 
     def __init__(self, graph: Graph, part: Partition, compiled: Compiled, name: str = "model"):
         self.graph, self.part, self.compiled, self.name = graph, part, compiled, name
@@ -45,21 +47,34 @@ class CompiledModel:
         self._lock = threading.Lock()
         self.num_threads: int | None = None   # None: $TLMIR_NUM_THREADS or all CPUs, per call
         self._consts = {n: t for n, t in graph.constants.items() if isinstance(t, torch.Tensor)}
-        self._plan = [self._prepare(s) for s in part.steps]
+        self.memory: MemoryPlan = plan_memory(graph.outputs, part.steps)
+        self._arena = torch.empty(self.memory.arena_bytes, dtype=torch.uint8)
+        self._plan = [self._prepare(i, s) for i, s in enumerate(part.steps)]
 
     # ---------------------------------------------------------------- running
 
-    def _prepare(self, step):
+    def _prepare(self, index: int, step):
+        """A TorchStep as is; a subgraph as (step, kernel, constant operand pointers, its
+        output value's shape, its output in the arena or None: allocated per call)."""
         if isinstance(step, TorchStep):
             return step
         kernel = self.compiled.kernels[step.task.key]
-        out_shape = tuple(step.task.outputs[0].shape)
+        if getattr(kernel, "inplace", None):
+            raise FrontendError(f"{step.task.name}: an in-place kernel; the front end gives every "
+                                f"kernel its own output buffer")
         for o, t in zip(step.operands, step.task.inputs):
             if tuple(t.shape) != tuple(o.shape) or (o.const is not None and tuple(o.const.shape) != o.shape):
                 raise FrontendError(f"{step.task.name}: operand shape {o.shape} does not match "
                                     f"the kernel's {tuple(t.shape)}")
         consts = [o.const.data_ptr() if o.const is not None else None for o in step.operands]
-        return step, kernel, out_shape, consts, self.graph.shape(step.output)
+        value_shape = self.graph.shape(step.output)
+        if math.prod(value_shape) != math.prod(step.task.outputs[0].shape):
+            raise FrontendError(f"{step.task.name}: output shape {tuple(step.task.outputs[0].shape)} "
+                                f"does not hold {step.output.name}'s {value_shape}")
+        slot, arena = self.memory.slots[index], None
+        if slot.offset is not None:
+            arena = self._arena[slot.offset:slot.offset + slot.nbytes].view(torch.float32).view(value_shape)
+        return step, kernel, consts, value_shape, arena
 
     def _operand(self, env: dict, op, const: int | None) -> int:
         """The data pointer of a kernel input: contiguous float32 of the operand's shape."""
@@ -99,23 +114,23 @@ class CompiledModel:
     def _run_step(self, env: dict, plan) -> None:
         if isinstance(plan, TorchStep):
             n = plan.node
-            if n.target in IDENTITY:     # the graph is functional: a copy nobody mutates is an alias
+            if n.target in ALIASED_COPIES:   # the graph is functional: a copy nobody mutates is an alias
                 x = env[n.args[0]]
                 fmt = n.kwargs.get("memory_format")
                 env[n] = x if fmt is None or x.is_contiguous(memory_format=fmt) else x.clone(memory_format=fmt)
                 return
-            if n.target in VIEWS:        # kernels' outputs may be strided unlike eager's: reshape
+            if n.target in RESHAPES:        # kernels' outputs may be strided unlike eager's: reshape
                 env[n] = env[n.args[0]].reshape(n.args[1])
                 return
             args = pytree.tree_map(lambda a: env[a] if isinstance(a, fx.Node) else a, n.args)
             kwargs = pytree.tree_map(lambda a: env[a] if isinstance(a, fx.Node) else a, n.kwargs)
             env[n] = n.target(*args, **kwargs)
             return
-        step, kernel, out_shape, consts, value_shape = plan
+        step, kernel, consts, value_shape, arena = plan
         pointers = [self._operand(env, o, c) for o, c in zip(step.operands, consts)]
-        out = torch.empty(out_shape, dtype=torch.float32)
+        out = arena if arena is not None else torch.empty(value_shape, dtype=torch.float32)
         kernel.call_pointers(pointers + [out.data_ptr()], env[_THREADS])
-        env[step.output] = out.view(value_shape)
+        env[step.output] = out
 
     def _outputs(self, env: dict):
         flat = []
@@ -198,6 +213,7 @@ class CompiledModel:
                      f"{total[1] / total[0]:>7.2f}x")
         fb = self.fallback_ops()
         lines.append("PyTorch fallbacks: " + (", ".join(f"{k} x{v}" for k, v in fb.items()) or "none"))
+        lines.append(self.memory.describe())
         if eager is not None:
             t_ours = time_calls(lambda: self(*args), warmup=1, repeat=repeat, min_time=0).median
             with torch.no_grad():

@@ -1,8 +1,9 @@
 """Model specs for the command line: `zoo:resnet50`, `transformers:bert-base`.
 
 Transformers models are built from their configs with random weights (no hub access):
-the config table below holds each architecture's published sizes. Attention is the
-eager implementation (matmul, softmax, matmul), which tlmir maps; SDPA is one opaque op.
+the config table below holds each architecture's published sizes. Attention is
+transformers' default, scaled_dot_product_attention, which capture decomposes into the
+matmuls and softmax tlmir maps (`attention.py`); no key / value cache is returned.
 """
 from __future__ import annotations
 
@@ -14,11 +15,11 @@ from ..errors import FrontendError
 
 
 def _built(family: str, model_kw: dict | None = None, **config_kw):
-    """(transformers' `{family}Model` from `{family}Config(**config_kw)`, eager attention;
-    its vocabulary size)."""
+    """(transformers' `{family}Model` from `{family}Config(**config_kw)`, SDPA attention,
+    no cache (torch.export cannot return one); its vocabulary size)."""
     import transformers
-    cfg = getattr(transformers, f"{family}Config")(**config_kw)
-    cfg._attn_implementation = "eager"
+    cfg = getattr(transformers, f"{family}Config")(use_cache=False, **config_kw)
+    cfg._attn_implementation = "sdpa"
     return getattr(transformers, f"{family}Model")(cfg, **(model_kw or {})), cfg.vocab_size
 
 
@@ -33,6 +34,8 @@ TRANSFORMERS: dict[str, Callable] = {
     "llama-7b-layer": lambda: _built("Llama", hidden_size=4096, intermediate_size=11008,
                                      num_hidden_layers=1, num_attention_heads=32,
                                      num_key_value_heads=32, vocab_size=32000),
+    "llama-tiny": lambda: _built("Llama", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                 num_attention_heads=4, num_key_value_heads=2, vocab_size=256),
 }
 
 

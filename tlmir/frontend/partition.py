@@ -21,6 +21,7 @@ from .. import ops, te
 from ..ops.base import OpDef
 from ..runtime.task import Task
 from ..workloads.common import Net, _shape
+from .attention import keeps_every_row, safe_softmax
 from .capture import Graph, op_name
 from .elementwise import broadcast_read, chain_expr, is_elementwise
 
@@ -278,12 +279,19 @@ class _Cutter:
         return True
 
     def softmax(self, n: fx.Node) -> bool:
+        """softmax, or SDPA's `_safe_softmax` (rows all -inf give 0): the plain op where
+        the graph shows no row can be all -inf, else `attention.safe_softmax`."""
         x, dim = n.args[:2]
         s = self.shape(x)
-        if int(dim) not in (-1, len(s) - 1):
+        if int(dim) not in (-1, len(s) - 1) or x.meta["val"].dtype != torch.float32:
             return False
         M = math.prod(s[:-1])
-        self.emit(ops.softmax(M, s[-1]), [n], [Operand((M, s[-1]), node=x)], n)
+        operands = [Operand((M, s[-1]), node=x)]
+        if op_name(n) == "_safe_softmax" and not keeps_every_row(x, self.g.constants):
+            task = self.net.task(safe_softmax(M, s[-1]))
+            self.take([n], Subgraph(task, [n], operands, n))
+        else:
+            self.emit(ops.softmax(M, s[-1]), [n], operands, n)
         return True
 
     def norm(self, n: fx.Node) -> bool:
@@ -489,6 +497,7 @@ class _Cutter:
         anchors = {"conv2d": self.conv, "convolution": self.conv, "conv_transpose2d": self.conv,
                    "linear": self.linear, "matmul": self.matmul, "bmm": self.matmul,
                    "mm": self.matmul, "softmax": self.softmax, "_softmax": self.softmax,
+                   "_safe_softmax": self.softmax,
                    "layer_norm": self.norm, "rms_norm": self.norm,
                    "max_pool2d": self.pool, "max_pool2d_with_indices": self.pool,
                    "avg_pool2d": self.pool, "adaptive_avg_pool2d": self.pool, "mean": self.pool,
