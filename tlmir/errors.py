@@ -33,6 +33,15 @@ class MeasureError(TlmirError):
     """A candidate crashed, hung or produced a wrong result during measurement."""
 
 
+class DeviceError(TlmirError):
+    """The GPU or its driver refused an operation (a module that does not load, a launch
+    over its limits, a faulting kernel)."""
+
+
+class NoDeviceError(DeviceError):
+    """A GPU was needed and this machine has none (no CUDA driver, or no device)."""
+
+
 class RecordError(TlmirError):
     """A records database or record file is unreadable or inconsistent."""
 
