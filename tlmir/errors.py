@@ -25,6 +25,11 @@ class BuildError(TlmirError):
     """Code generation or compilation failed."""
 
 
+class ResourceError(BuildError):
+    """A GPU kernel needs more than its target allows a block (threads, shared memory,
+    registers): refused before it is ever launched."""
+
+
 class ArgumentError(TlmirError):
     """A compiled kernel was called with arrays of the wrong dtype, shape or layout."""
 

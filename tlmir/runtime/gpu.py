@@ -13,8 +13,8 @@ from typing import Any
 
 from ..errors import DeviceError, NoDeviceError
 
-NO_GPU_HINT = ("name an architecture (cuda:sm_80, cuda:sm_90) to compile, inspect and check "
-               "GPU programs without one")
+NO_GPU_HINT = ("running a GPU program needs one; compiling, inspecting and checking one does not "
+               "(target cuda:sm_80 or cuda:sm_90; run it in the interpreter with backend='interp')")
 
 
 @functools.cache
