@@ -81,5 +81,5 @@ def test_the_interpreted_kernel_checks_its_arguments():
 
 def test_an_unknown_backend_in_build_names_the_known_ones():
     op, s = _matmul()
-    with pytest.raises(BuildError, match="unknown backend 'gpu'; available: cpu, interp"):
+    with pytest.raises(BuildError, match="unknown backend 'gpu'; available: cpu, cuda, interp"):
         tlmir.build(s, op.args, backend="gpu")
