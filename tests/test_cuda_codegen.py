@@ -82,7 +82,7 @@ def test_over_the_limits_is_refused_before_any_launch():
         tlmir.build(s, args, target="cuda:sm_90")
 
 
-def test_an_unbound_program_and_a_global_buffer_inside_a_kernel_are_named():
+def test_an_unbound_program_is_named_and_default_scopes_follow_tvm():
     A = te.placeholder((8,), name="A")
     B = te.compute((8,), lambda i: A[i] + 1.0, name="B")
     with pytest.raises(BuildError, match="computing 'B' runs on no GPU thread; bind its loops"):
@@ -90,9 +90,15 @@ def test_an_unbound_program_and_a_global_buffer_inside_a_kernel_are_named():
     C = te.compute((8,), lambda i: B[i] * 2.0, name="C")
     s = tlmir.create_schedule(C)
     s[C].bind(C.op.axis[0], "threadIdx.x")
-    s[B].compute_at(s[C], C.op.axis[0])
-    with pytest.raises(BuildError, match="'B' \\(global\\) is computed inside a kernel"):
-        tlmir.build(s, [A, C], target="cuda:sm_90")
+    s[B].compute_at(s[C], C.op.axis[0])  # inside a thread: B is local to it
+    assert "float B[1];" in tlmir.build(s, [A, C], target="cuda:sm_90").source
+    s = tlmir.create_schedule(C)
+    bo, bi = s[C].split(C.op.axis[0], factor=4)
+    s[C].bind(bo, "blockIdx.x")
+    s[C].bind(bi, "threadIdx.x")
+    s[B].compute_at(s[C], bo)  # inside a block only: B is shared by its threads
+    src = tlmir.build(s, [A, C], target="cuda:sm_90").source
+    assert "__shared__ __align__(16) float B[4];" in src and src.count("__syncthreads();") == 2
 
 
 def test_nvrtc_errors_carry_the_log_and_resources_parse():

@@ -134,7 +134,7 @@ class _Lowerer:
             if st in self.args:
                 info.buffer = Buffer(st.name, st.op.shape, st.op.dtype)
             else:
-                info.buffer = Buffer(st.name, exts, st.op.dtype, st.scope)
+                info.buffer = Buffer(st.name, exts, st.op.dtype, self._scope(st))
         for st in self.args:
             if st.is_placeholder:
                 self.info[id(st)] = _Info(st, buffer=Buffer(st.name, st.op.shape, st.op.dtype),
@@ -160,7 +160,7 @@ class _Lowerer:
         for owner, vs in [(parent, parent.leaf_iter_vars[k + 1:])] + [(q, q.leaf_iter_vars) for q in scope]:
             dom = self.info[id(owner)].dom
             relax.update({v.var: (const(0), const(dom[id(v)] - 1)) for v in vs if id(v) in dom})
-        if st.scope == "shared":
+        if self._scope(st) == "shared":
             relax.update(self._block_threads(parent, k))
         los: list = [None] * len(st.op.shape)
         his: list = [None] * len(st.op.shape)
@@ -184,6 +184,22 @@ class _Lowerer:
                 mins.append(los[d])
                 exts.append(max(int(ext), 1))
         return mins, exts
+
+    def _scope(self, st: Stage) -> str:
+        """Where a stage's buffer lives: its own scope, or for a stage of the default
+        (global) scope computed inside a GPU kernel, as TVM infers it: local to a thread
+        inside a thread or virtual-thread loop, shared by the block inside only block loops."""
+        if st.scope != "global" or st.attach[0] != "at":
+            return st.scope
+        tags, owner = set(), st
+        while owner.attach[0] == "at":
+            _, parent, iv = owner.attach
+            leaves = parent.leaf_iter_vars
+            tags |= {parent.thread_tag.get(v, "") for v in leaves[:leaves.index(iv) + 1]}
+            owner = parent
+        if any(t.startswith("threadIdx") or t == "vthread" for t in tags):
+            return "local"
+        return "shared" if any(t.startswith("blockIdx") for t in tags) else "global"
 
     def _block_threads(self, parent: Stage, k: int) -> dict:
         """The thread and virtual-thread loops at or above `parent`'s k-th loop, up the
@@ -305,7 +321,7 @@ class _Lowerer:
             if prods:
                 # shared buffers: the block waits for them to be filled, and for every
                 # reader to be done before the next iteration fills them again
-                sync = [Barrier()] if any(p.scope == "shared" for p in prods) else []
+                sync = [Barrier()] if any(self._scope(p) == "shared" for p in prods) else []
                 inner = seq(*[self.nest(p) for p in prods], *sync, inner, *sync)
                 for p in reversed(prods):
                     inner = Allocate(self.info[id(p)].buffer, inner)
