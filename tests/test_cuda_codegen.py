@@ -110,10 +110,13 @@ def test_nvrtc_errors_carry_the_log_and_resources_parse():
            "ptxas         .     8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads\n"
            "ptxas info    : Used 40 registers, used 1 barriers, 2048 bytes smem\n"
            "ptxas info    : Compiling entry function 'k1' for 'sm_90'\n"
-           "ptxas info    : Used 8 registers\n")
+           "ptxas info    : Used 8 registers\n"
+           "ptxas info    : Compiling entry function 'k2' for 'sm_90'\n"
+           "ptxas info    : Used 128 registers, used 1 barriers, 128 bytes cumulative stack size, 17408 bytes smem\n")
     r = parse_resources(log)
     assert (r["k0"].registers, r["k0"].shared_bytes, r["k0"].spill_bytes) == (40, 2048, 8)
     assert (r["k1"].registers, r["k1"].shared_bytes) == (8, 0)
+    assert (r["k2"].registers, r["k2"].shared_bytes) == (128, 17408)
 
 
 @pytest.mark.skipif(_has_gpu(), reason="this machine has a GPU")

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from ..errors import BuildError
 
 _ENTRY = re.compile(r"Compiling entry function '(\w+)' for '(\w+)'")
-_USED = re.compile(r"Used (\d+) registers(?:, used \d+ barriers)?(?:, (\d+) bytes smem)?")
+_USED = re.compile(r"Used (\d+) registers")
+_SMEM = re.compile(r"(\d+) bytes smem")
 _SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 
 
@@ -129,6 +130,7 @@ def parse_resources(log: str) -> dict[str, Resources]:
             continue
         m = _USED.search(line)
         if m and current:
-            out[current] = Resources(int(m.group(1)), int(m.group(2) or 0), *spill)
+            smem = _SMEM.search(line)
+            out[current] = Resources(int(m.group(1)), int(smem.group(1)) if smem else 0, *spill)
             current = None
     return out

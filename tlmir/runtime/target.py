@@ -121,6 +121,8 @@ class SearchParams:
     max_vector_len: int = 64           # longest vectorized loop the space offers
     parallel_factor: int = 16          # parallel loops cover up to parallel_factor x cores iterations
     unroll_steps: tuple = (0, 16, 64, 512)
+    gpu_unroll_steps: tuple = (0, 16, 64, 512, 1024)   # Ansor's GPU auto_unroll_max_step options
+    gpu_vector_widths: tuple = (1, 2, 4)               # elements per thread of a cooperative load
     max_unroll: int = 4096             # most iterations an unrolled loop (or auto-unrolled nest) may
                                        # have: a 1 M-iteration unroll would build for minutes
     population: int = 512              # evolutionary search: candidates the cost model scores per
