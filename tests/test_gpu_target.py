@@ -42,6 +42,7 @@ def test_the_host_gpu_target_without_a_gpu_is_a_one_line_error():
     try:
         hw = parse_target("cuda")
     except NoDeviceError as e:
+        assert "target 'cuda' is this machine's GPU, and there is none here" in str(e)
         assert "cuda:sm_90" in str(e) and "\n" not in str(e)
     else:  # a machine with a GPU: its own architecture and limits
         assert hw.kind == "cuda" and hw.isa.startswith("sm_") and hw.max_threads >= 1024

@@ -8,9 +8,11 @@ which a search records as a failed trial. Running it needs the driver (codegen_c
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 
-from ..errors import ArgumentError, ResourceError
+from ..errors import ArgumentError, NoDeviceError, ResourceError
 from ..ir.stmt import PrimFunc
 from ..runtime.backend import Timing, check_arguments, stored_buffers
 from ..runtime.target import HardwareParams
@@ -105,8 +107,20 @@ class CudaKernel:
     def __call__(self, *arrays) -> None:
         """Run on numpy arrays or GPU arrays (outputs written in place)."""
         self._check(arrays)
-        self._launcher.run(arrays)
+        with _needs_gpu(self.func.name):
+            self._launcher.run(arrays)
 
     def benchmark(self, *arrays, warmup: int = 2, repeat: int = 10, min_time: float = 1e-3) -> Timing:
         self._check(arrays)
-        return self._launcher.time(arrays, warmup, repeat, min_time)
+        with _needs_gpu(self.func.name):
+            return self._launcher.time(arrays, warmup, repeat, min_time)
+
+
+@contextmanager
+def _needs_gpu(name: str):
+    """NoDeviceError that says what runs a GPU program where there is no GPU."""
+    try:
+        yield
+    except NoDeviceError as e:
+        raise NoDeviceError(f"{name}: running a GPU program needs a GPU and {e}; the interpreter runs it "
+                            f"without one (tlmir.build(..., backend='interp'))") from None

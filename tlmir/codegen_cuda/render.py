@@ -28,6 +28,7 @@ C_TYPES = {"float32": "float", "float64": "double", "int8": "signed char", "int3
            "int64": "long long", "bool": "bool"}
 SIZES = {"float32": 4, "float64": 8, "int8": 1, "int32": 4, "int64": 8, "bool": 1}
 LAUNCH_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z")
+_SHORT = {t: ("b" if t.startswith("block") else "t") + t[-1] for t in LAUNCH_TAGS}  # blockIdx.x -> bx
 MAX_ELEMENTS = (1 << 31) - 1  # indices are 32-bit ints
 _C_WORDS = {"int", "float", "double", "char", "bool", "long", "short", "void", "if", "else", "for", "while",
             "do", "return", "const", "static", "auto", "case", "switch", "default", "break", "continue",
@@ -113,6 +114,7 @@ class _Kernel:
         self.buffers = {id(b): b for b in buffers}
         self.names: dict[int, str] = {}
         self.taken: set[str] = set()
+        self.indices: dict[str, str] = {}  # launch tag -> its C name (`bx`, `tx`)
         self.ranges: dict = {}
         self.declared: list[set] = [set()]
         self.lines: list[str] = []
@@ -132,13 +134,18 @@ class _Kernel:
                              f"no GPU thread; bind its loops to blockIdx / threadIdx")
         return out
 
+    def fresh(self, base: str) -> str:
+        """A C name not yet taken in this kernel, made from `base`."""
+        name, k = c_name(base), 1
+        while name in self.taken:
+            name, k = f"{c_name(base)}_{k}", k + 1
+        self.taken.add(name)
+        return name
+
     def ident(self, obj, base: str) -> str:
+        """The C name of a buffer or variable (`obj`, alive while the kernel is rendered)."""
         if id(obj) not in self.names:
-            name, k = c_name(base), 1
-            while name in self.taken:
-                name, k = f"{c_name(base)}_{k}", k + 1
-            self.taken.add(name)
-            self.names[id(obj)] = name
+            self.names[id(obj)] = self.fresh(base)
         return self.names[id(obj)]
 
     def emit(self, line: str) -> None:
@@ -163,6 +170,10 @@ class _Kernel:
         written = {id(s.buffer) for s in walk_stmt(self.nest) if isinstance(s, Store)}
         for b in shared:
             self.emit(f"__shared__ __align__(16) {_ctype(b.dtype, b.name)} {self.ident(b, b.name)}[{b.size}];")
+        for tag in LAUNCH_TAGS:
+            if tag in self.launch:
+                self.indices[tag] = self.fresh(_SHORT[tag])
+                self.emit(f"const int {self.indices[tag]} = {tag};")
         self.stmt(self.nest)
         sig = ", ".join(f"{'' if id(b) in written else 'const '}{_ctype(b.dtype, b.name)}* __restrict__ "
                         f"{self.ident(b, b.name)}" for b in params)
@@ -229,15 +240,18 @@ class _Kernel:
         self.emit("}")
 
     def thread_loop(self, s: For) -> None:
-        name, ext, full = self.ident(s.var, s.var.name), s.extent.value, self.launch[s.thread_tag]
-        if not any(id(s.var) in d for d in self.declared):
-            start = s.thread_tag if isinstance(s.min, E.Const) and s.min.value == 0 else \
-                f"{s.thread_tag} + {self.expr(s.min)}"
-            self.emit(f"int {name} = {start};")
+        """A loop bound to a block or thread index is that index (`bx`, `tx`, declared at
+        the kernel's top), every loop bound to it alike; guarded where it covers fewer
+        blocks or threads than the launch."""
+        ext, full, index = s.extent.value, self.launch[s.thread_tag], self.indices[s.thread_tag]
+        if isinstance(s.min, E.Const) and s.min.value == 0:
+            self.names[id(s.var)] = index
+        elif not any(id(s.var) in d for d in self.declared):
+            self.emit(f"int {self.ident(s.var, s.var.name)} = {index} + {self.expr(s.min)};")
             self.declared[-1].add(id(s.var))
         self.ranges[s.var] = (0, ext - 1)
         if ext < full:
-            self.emit(f"if ({name} < {ext}) {{")
+            self.emit(f"if ({index} < {ext}) {{")
             self.block(s.body)
             self.emit("}")
         else:

@@ -4,7 +4,7 @@ tlmir errors, the attributes of device 0 and its primary context.
 Here, below the backends, because a target string (`cuda`: this host's GPU) reads the
 device's attributes; the CUDA backend (codegen_cuda.driver) launches through the same
 context. Where there is no driver or no device every entry point raises NoDeviceError,
-which says so, instead of a traceback from the bindings.
+which says so (its callers add what to do instead), not a traceback from the bindings.
 """
 from __future__ import annotations
 
@@ -12,10 +12,6 @@ import functools
 from typing import Any
 
 from ..errors import DeviceError, NoDeviceError
-
-NO_GPU_HINT = ("running a GPU program needs one; compiling, inspecting and checking one does not "
-               "(target cuda:sm_80 or cuda:sm_90; run it in the interpreter with backend='interp')")
-
 
 @functools.cache
 def driver():
@@ -28,9 +24,9 @@ def driver():
     try:
         (err,) = cu.cuInit(0)
     except RuntimeError as e:  # the bindings could not dlopen libcuda.so.1
-        raise NoDeviceError(f"no CUDA driver on this machine ({e}); {NO_GPU_HINT}") from None
+        raise NoDeviceError(f"there is none here (no CUDA driver: {e})") from None
     if err != cu.CUresult.CUDA_SUCCESS:
-        raise NoDeviceError(f"the CUDA driver found no usable GPU ({_name(cu, err)}); {NO_GPU_HINT}")
+        raise NoDeviceError(f"there is none here (the CUDA driver says {_name(cu, err)})")
     return cu
 
 

@@ -260,7 +260,11 @@ def host_gpu() -> HardwareParams:
     not newer than it and its own SM count, L2 size and launch limits. NoDeviceError where
     there is none."""
     from .gpu import device_attributes
-    a = device_attributes()
+    try:
+        a = device_attributes()
+    except NoDeviceError as e:
+        raise NoDeviceError(f"target 'cuda' is this machine's GPU, and {e}; name an architecture "
+                            f"(cuda:{', cuda:'.join(GPU_CLASSES)}) to compile for one without it") from None
     arch = f"sm_{a['major']}{a['minor']}"
     known = [k for k in GPU_CLASSES if int(k[3:]) <= a["major"] * 10 + a["minor"]]
     if not known:

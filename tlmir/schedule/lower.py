@@ -392,8 +392,9 @@ class _Lowerer:
 
 
 def _elided(st: Stage, v, dom: dict) -> bool:
-    """Loops of extent 1 disappear (their variable is 0), except GPU thread bindings."""
-    return dom[id(v)] == 1 and st.iter_kind.get(v) != "thread_binding"
+    """Loops of extent 1 disappear (their variable is 0), except those bound to a block or
+    thread index (they set the launch shape); one virtual thread is no virtual thread."""
+    return dom[id(v)] == 1 and (st.iter_kind.get(v) != "thread_binding" or st.thread_tag.get(v) == "vthread")
 
 
 def _flat(indices: list, shape: tuple) -> Expr:

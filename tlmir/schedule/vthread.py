@@ -7,13 +7,14 @@ conflicts). The loop is pushed inward: a statement that does not depend on it ru
 (a shared-memory fetch, which serves every virtual thread, or a barrier, which must stay
 where every thread reaches it), a loop, allocation, branch or sequence is entered, and a
 statement that depends on it is wrapped in an unrolled loop over the virtual threads.
-Buffers allocated under the loop get one copy per virtual thread (`v * size + index`),
-unless they are shared and no virtual thread writes its own part.
+Buffers allocated under the loop get one copy per virtual thread (`vt * size + index`),
+unless they are shared and no virtual thread writes its own part; the loops it becomes
+are called `vt`.
 """
 from __future__ import annotations
 
 from ..ir.expr import Const, Expr, Load, Var, const, transform, walk
-from ..ir.stmt import Allocate, Buffer, For, IfThenElse, Seq, Stmt, Store, map_stmt, stmt_exprs, walk_stmt
+from ..ir.stmt import Allocate, Buffer, For, IfThenElse, Prefetch, Seq, Stmt, Store, map_stmt, stmt_exprs, walk_stmt
 
 
 def inject_virtual_threads(body: Stmt) -> Stmt:
@@ -28,17 +29,16 @@ def _uses(s: Stmt, var: Var) -> bool:
 
 
 def _expand(loop: For) -> Stmt:
-    v, n = loop.var, loop.extent.value if isinstance(loop.extent, Const) else None
-    if n is None:
-        return For(v, loop.min, loop.extent, "serial", loop.body)
-    body = _copy_per_thread(loop.body, v, n)
-    return _push(body, v, n)
+    if not isinstance(loop.extent, Const):
+        return For(loop.var, loop.min, loop.extent, "serial", loop.body)
+    vt, n = Var("vt"), loop.extent.value
+    return _push(_copy_per_thread(loop.body, loop.var, vt, n), vt, n)
 
 
-def _copy_per_thread(body: Stmt, v: Var, n: int) -> Stmt:
-    """Give each virtual thread its own copy of the buffers allocated in `body` that it
-    writes differently (local ones always; shared ones when a store depends on `v` or on
-    another copied buffer)."""
+def _copy_per_thread(body: Stmt, v: Var, vt: Var, n: int) -> Stmt:
+    """`body` in terms of `vt` (for `v`), each virtual thread with its own copy of the
+    buffers allocated in it that it writes differently (local ones always; shared ones
+    when a store depends on `v` or on another copied buffer)."""
     allocs = [s.buffer for s in walk_stmt(body) if isinstance(s, Allocate)]
     copied = {id(b) for b in allocs if b.scope != "shared"}
     changed = True
@@ -51,16 +51,19 @@ def _copy_per_thread(body: Stmt, v: Var, n: int) -> Stmt:
                     copied.add(id(s.buffer))
                     changed = True
     new = {id(b): Buffer(b.name, (n,) + b.shape, b.dtype, b.scope) for b in allocs if id(b) in copied}
-    if not new:
-        return body
     size = {id(b): b.size for b in allocs}
 
     def index(buf: Buffer, idx: Expr) -> Expr:
-        return v * const(size[id(buf)]) + idx
+        return vt * const(size[id(buf)]) + idx
 
     def expr(e: Expr) -> Expr:
-        return transform(e, lambda x: Load(new[id(x.buffer)], index(x.buffer, x.index))
-                         if isinstance(x, Load) and id(x.buffer) in new else None)
+        def swap(x: Expr) -> Expr | None:
+            if x is v:
+                return vt
+            if isinstance(x, Load) and id(x.buffer) in new:
+                return Load(new[id(x.buffer)], index(x.buffer, x.index))
+            return None
+        return transform(e, swap)
 
     def rewrite(s: Stmt) -> Stmt | None:
         if isinstance(s, Allocate) and id(s.buffer) in new:
@@ -71,7 +74,9 @@ def _copy_per_thread(body: Stmt, v: Var, n: int) -> Stmt:
         if isinstance(s, IfThenElse):
             return IfThenElse(expr(s.cond), s.then, s.orelse)
         if isinstance(s, For):
-            return For(s.var, s.min, expr(s.extent), s.kind, s.body, s.thread_tag)
+            return For(s.var, expr(s.min), expr(s.extent), s.kind, s.body, s.thread_tag)
+        if isinstance(s, Prefetch):
+            return Prefetch(s.buffer, expr(s.index))
         return None
     return map_stmt(body, rewrite)
 
