@@ -1,12 +1,19 @@
 """GPU schedules lower to the programs a GPU runs, and the interpreter (blocks and threads
 as loops, barrier-separated phases, shared and local buffers) computes what numpy does."""
+import random
+
 import numpy as np
 import pytest
 
 import tlmir
+from tlmir import ops, te
 from tlmir.errors import LowerError
 from tlmir.ir.stmt import Allocate, Barrier, For, walk_stmt
 from tlmir.runtime.interpreter import interpreter_source, run_interpreted
+from tlmir.runtime.target import GPU_CLASSES
+from tlmir.runtime.task import Task
+from tlmir.schedule.space import SearchSpace
+from tlmir.search.tune import TuneResult
 
 from gpuutil import gpu_matmul, row_reduce
 
@@ -68,3 +75,26 @@ def test_a_cross_thread_reduction_refuses_thread_bound_rows():
     s[B].bind(B.op.axis[0], "threadIdx.y")
     with pytest.raises(LowerError, match="spatial loop 'i' cannot be bound to threadIdx.y"):
         tlmir.lower(s, [A, B])
+
+
+def test_a_thread_loop_inside_one_of_the_same_index_is_that_thread():
+    """As on a GPU: B computed inside C's thread loop with its own loop bound to threadIdx.x
+    covers one element, which only thread 0 of the eight computes (the others read B
+    unwritten), so the interpreter shows the schedule wrong, as the GPU would run it."""
+    A = te.placeholder((8,), name="A")
+    B = te.compute((8,), lambda i: A[i] * 2.0, name="B")
+    C = te.compute((8,), lambda i: B[i] + 1.0, name="C")
+    s = tlmir.create_schedule(C)
+    s[C].bind(C.op.axis[0], "threadIdx.x")
+    s[B].compute_at(s[C], C.op.axis[0])
+    s[B].bind(B.op.axis[0], "threadIdx.x")
+    a, c = np.arange(1, 9, dtype="float32"), np.zeros(8, "float32")
+    run_interpreted(tlmir.lower(s, [A, C]), a, c)
+    np.testing.assert_array_equal(c, [3.0] + [1.0] * 7)  # not 2a + 1: threads 1-7 read B unwritten
+
+
+def test_a_tuned_gpu_program_builds_for_its_target():
+    task = Task.from_op(ops.matmul(16, 16, 16))
+    space = SearchSpace(task.outputs, GPU_CLASSES["sm_80"])
+    res = TuneResult(task, best_trace=space.sample(random.Random(0))[1], space=space)
+    assert ".target sm_80" in res.build().ptx

@@ -144,7 +144,8 @@ def cmd_tune(args) -> None:
                         db=args.db, seed=args.seed, progress=not args.json, hw=hw, model=args.model)]
     rows = []
     from .evaluate import default_seconds, task_baselines
-    bases = (task_baselines([r.task for r in results], threads, spread=True) if not args.no_baselines
+    gpu = hw.kind == "cuda"  # the CPU baselines and the untuned (unbound) schedule say nothing of a GPU's
+    bases = (task_baselines([r.task for r in results], threads, spread=True) if not (args.no_baselines or gpu)
              else [{}] * len(results))
     if not args.json:
         print(SUMMARY_HEADER)
@@ -153,11 +154,11 @@ def cmd_tune(args) -> None:
         d.update({f"{k}_seconds": v[0] for k, v in base.items()})
         d.update({f"{k}_median_seconds": v[1] for k, v in base.items()})
         d.update({f"{k}_slowest_seconds": v[2] for k, v in base.items()})
-        d["default_seconds"] = default_seconds(r.task, threads)  # the untuned schedule, a candidate too
+        d["default_seconds"] = None if gpu else default_seconds(r.task, threads)  # a candidate too
         rows.append(d)
         if not args.json:
             print(_summary_row(r, base))
-            if not r.best_trace or d["default_seconds"] < r.best_seconds:
+            if not gpu and (not r.best_trace or d["default_seconds"] < r.best_seconds):
                 print(f"  {r.task.name}: the untuned default schedule runs in {d['default_seconds'] * 1e3:.4f} ms, "
                       f"faster than the search's best: keep it (`tlmir.create_schedule`, no steps)")
     if args.workload and not args.json:
