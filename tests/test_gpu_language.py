@@ -5,12 +5,13 @@ import os
 import random
 
 from tlmir import ops
-from tlmir.lm.language import RESERVED_WORDS, hw_prompt, sentence_to_trace, trace_to_sentence
+from tlmir.lm.language import hw_prompt, sentence_to_trace, trace_to_sentence
 from tlmir.lm.registry import TOKENIZER_FILE, model_dir
 from tlmir.lm.sample import _task_hardware, task_sentences
-from tlmir.lm.tokenizer import SPECIAL, Tokenizer, build_tokenizer
+from tlmir.lm.tokenizer import Tokenizer, build_tokenizer
 from tlmir.runtime.target import GPU_CLASSES, gpu_variants
 from tlmir.runtime.task import Task
+from tlmir.schedule.rules import question_keywords, rule_set
 from tlmir.schedule.space import SearchSpace
 
 SM90 = GPU_CLASSES["sm_90"]
@@ -43,12 +44,13 @@ def test_a_gpu_vocabulary_covers_gpu_sentences_on_every_gpu_class():
 
 
 def test_the_shipped_vocabulary_is_not_renumbered():
-    """The GPU rules ask no new kind of question, so the reserved words (ids 4 ...) of a
-    freshly built tokenizer are the shipped models' own."""
+    """The GPU rules ask no new kind of question: the language's reserved words (which a
+    newly built tokenizer numbers first) are what they were, and the shipped models
+    already have every GPU question's first word."""
+    assert rule_set("cuda").questions == ("tile", "vec", "unroll")
+    assert question_keywords() == rule_set("cpu").questions
     shipped = Tokenizer.load(os.path.join(model_dir("default"), TOKENIZER_FILE))
-    reserved = [w for w in RESERVED_WORDS if w not in SPECIAL]
-    assert [shipped.word(len(SPECIAL) + k) for k in range(len(reserved))] == reserved
-    assert shipped.vocab_size == 1548
+    assert shipped.covers(rule_set("cuda").questions) == []
 
 
 def test_a_gpu_corpus_draws_the_target_first_then_the_other_gpu_classes():
