@@ -6,7 +6,8 @@
 Per task and architecture: `--candidates` distinct programs drawn at random from the GPU
 space (search.dry_run, as `tlmir tune --dry-run` does), each lowered, rendered as CUDA C
 and compiled by NVRTC to a cubin; reported: wall time per program (render + NVRTC +
-ptxas), kernels compiled per second, the share the resource checks refuse (threads,
+ptxas; median, mean and slowest: deep unrolling makes a heavy tail), kernels compiled
+per second, the share the resource checks refuse (threads,
 shared memory, registers per block) and the share whose kernels spill registers.
 """
 from __future__ import annotations
@@ -49,7 +50,7 @@ def main() -> None:
     from tlmir.search.dry_run import dry_run
     import os
     print(f"NVRTC {'.'.join(map(str, version()))} on {cpu_name()} ({os.cpu_count()} CPUs)")
-    print(f"| task | arch | sketches | programs | kernels | ms / program (median) | kernels/s | "
+    print(f"| task | arch | sketches | programs | kernels | s / program: median, mean, max | kernels/s | "
           f"refused by the resource checks | spilling |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     rows = []
@@ -58,14 +59,16 @@ def main() -> None:
         task = Task.from_op(make(ops), name=name)
         for arch in a.archs.split(","):
             rep = dry_run(task, parse_target(f"cuda:{arch}"), a.candidates, a.seed)
-            med = statistics.median(rep.seconds) * 1e3 if rep.seconds else float("nan")
+            secs = rep.seconds or [float("nan")]
+            med, mean, top = statistics.median(secs), statistics.mean(secs), max(secs)
             row = {"task": name, "desc": desc, "arch": arch, "sketches": len(rep.sketches),
                    "candidates": rep.candidates, "compiled": rep.compiled, "kernels": rep.kernels,
-                   "median_ms": med, "kernels_per_s": rep.kernels_per_second,
+                   "seconds": rep.seconds, "kernels_per_s": rep.kernels_per_second,
                    "rejected": dict(rep.rejected), "rejected_fraction": rep.rejected_fraction,
                    "failed": len(rep.failed), "spilled": rep.spilled}
             rows.append(row)
-            print(f"| {desc} | {arch} | {row['sketches']} | {rep.candidates} | {rep.kernels} | {med:.0f} | "
+            print(f"| {desc} | {arch} | {row['sketches']} | {rep.candidates} | {rep.kernels} | "
+                  f"{med:.2f}, {mean:.2f}, {top:.1f} | "
                   f"{rep.kernels_per_second:.1f} | {rep.rejected_fraction:.0%} | "
                   f"{rep.spilled / max(rep.compiled, 1):.0%} |", flush=True)
             for _, msg in rep.failed[:2]:
