@@ -36,7 +36,8 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from tlmir.search.cost_model import CostModel  # noqa: E402
-from tlmir.search.world_train import Evaluator, Program, programs_from_records, ranking_metrics, read_records  # noqa: E402
+from tlmir.runtime.records import read_records  # noqa: E402
+from tlmir.search.world_train import Evaluator, Program, programs_from_records, ranking_metrics  # noqa: E402
 from tlmir.workloads import split_tasks  # noqa: E402
 
 

@@ -124,10 +124,10 @@ def well_formed(task: Task, hw, model: str, n: int, seed: int) -> dict:
     """Unconstrained sentences: how many parse into a trace, how many of those replay."""
     from tlmir.lm.generate import Generator, Sampling
     from tlmir.lm.tlm_search import cached_model  # the one the tlm strategy loads, loaded once
-    net, tok = cached_model(model)
+    net, tok, quality = cached_model(model)
     space = SearchSpace(task.outputs, hw)
     t0 = time.perf_counter()
-    out = Generator(net, tok, hw, Sampling(), seed).unconstrained(task, n)
+    out = Generator(net, tok, hw, Sampling(), seed, quality).unconstrained(task, n)
     parsed = valid = 0
     errors = []
     for g in out:

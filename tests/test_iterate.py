@@ -252,7 +252,7 @@ def test_ranked_iterate_measures_the_evaluators_picks_plus_explored_ones(tmp_pat
     it = Iteration(str(tmp_path), "base", [task],
                    IterateConfig(rounds=1, per_task=4, batches=1, rank_per_slot=4, explore=1), log=None)
     space = SearchSpace(task.outputs, it.hw, it.sp)
-    model, tok = cached_model("base")
+    model, tok, _ = cached_model("base")
     written = Generator(model, tok, it.hw, Sampling(1.0), seed=3).generate(task, 16, 16, space)
     pool = {g.trace.to_json(): g for g in written if g.trace is not None}
     assert len(pool) > 5

@@ -80,6 +80,17 @@ def int_list(text: str) -> list[int]:
     return vals
 
 
+def ratio_list(text: str) -> list[float]:
+    """'1.1,1.5,3': ascending ratios >= 1, comma-separated."""
+    try:
+        vals = [float(v) for v in text.split(",")]
+    except ValueError:
+        vals = []
+    if not vals or min(vals) < 1 or vals != sorted(vals) or any(v != v or v == float("inf") for v in vals):
+        raise argparse.ArgumentTypeError(f"must be ascending comma-separated ratios >= 1, got {text!r}")
+    return vals
+
+
 def op_args(p) -> None:
     p.add_argument("--op", help="op name from tlmir.ops (e.g. matmul)")
     p.add_argument("--shape", help="comma-separated positional shape parameters, e.g. 1024,1024,1024")

@@ -283,8 +283,9 @@ def cmd_rank(args) -> None:
     """Predicted vs measured: every task of a records DB ranked by the evaluator."""
     import numpy as np
     from .runtime.task import Task
+    from .runtime.records import read_records
     from .search.rankers import cached_evaluator
-    from .search.world_train import normalized_throughput, programs_from_records, ranking_metrics, read_records
+    from .search.world_train import normalized_throughput, programs_from_records, ranking_metrics
     from .workloads import split_tasks
     existing_file(args.db, "--db")
     ev = cached_evaluator(args.evaluator)

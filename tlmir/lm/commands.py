@@ -9,7 +9,7 @@ import time
 import numpy as np
 
 from ..argtypes import (fraction, nonneg_float, nonneg_int, op_args, op_from_args, positive_float, positive_int,
-                        probability)
+                        probability, ratio_list)
 from ..errors import TlmirError
 from ..runtime.target import host_hardware
 from .registry import BASE_MODEL, TOKENIZER_FILE, load_model, model_dir, passive_openmp
@@ -69,11 +69,23 @@ def cmd_train_pretrain(args) -> None:
 
 def cmd_train_sft(args) -> None:
     passive_openmp()
-    from .sample import read_sentences
     from .sft import sft
-    demos = [r["sentence"] for r in read_sentences(args.data)]
+    quality = None
+    if args.records:
+        from ..runtime.records import read_records
+        from ..workloads import split_tasks
+        from .quality import DEFAULT_BOUNDS, quality_config, quality_sentences, tier_counts
+        quality = quality_config(args.quality_bounds or DEFAULT_BOUNDS)
+        rows = quality_sentences(read_records(args.records), split_tasks("train"), host_hardware(),
+                                 quality["bounds"], args.last_tier_share, args.seed)
+        print(f"{len(rows)} measured programs of the training split, by quality tier "
+              f"{tier_counts(rows, quality['bounds'])}")
+        demos = [r["sentence"] for r in rows]
+    else:
+        from .sample import read_sentences
+        demos = [r["sentence"] for r in read_sentences(args.data)]
     stats = sft(model_dir(args.model), demos, args.out, epochs=args.epochs, batch_size=args.batch_size,
-                lr=args.lr, seed=args.seed)
+                lr=args.lr, seed=args.seed, quality=quality)
     print(json.dumps(stats, indent=1))
 
 
@@ -118,10 +130,12 @@ def cmd_generate(args) -> None:
     from ..runtime.task import Task
     from ..schedule.space import SearchSpace
     from .generate import Generator, Sampling
-    model, tok, _ = load_model(args.model)
+    from .quality import prompt_tier
+    model, tok, meta = load_model(args.model)
     task = Task.from_op(op_from_args(args))
     hw = host_hardware()
-    gen = Generator(model, tok, hw, Sampling(args.temperature, args.top_k, args.top_p), seed=args.seed)
+    gen = Generator(model, tok, hw, Sampling(args.temperature, args.top_k, args.top_p), seed=args.seed,
+                    quality=prompt_tier(meta))
     space = SearchSpace(task.outputs, hw)
     torch.set_num_threads(os.cpu_count() or 1)
     t0 = time.perf_counter()
@@ -216,7 +230,14 @@ def add_parsers(sub) -> None:
     pt.add_argument("--init-from", help="start a new run from this model's weights (e.g. base)")
     pt.set_defaults(fn=cmd_train_pretrain)
     st = trs.add_parser("sft", help="fine-tune a copy of a model on demonstration sentences (answers only)")
-    st.add_argument("--data", required=True, help="demonstrations, .jsonl like `tlmir sample` writes")
+    data = st.add_mutually_exclusive_group(required=True)
+    data.add_argument("--data", help="demonstrations, .jsonl like `tlmir sample` writes")
+    data.add_argument("--records", nargs="+", help="quality-conditioned: every program measured in these "
+                      "records (.db, .jsonl, .jsonl.xz; training split only), with its quality prompt")
+    st.add_argument("--quality-bounds", type=ratio_list,
+                    help="--records: latency / task best bounding quality tiers 0, 1, ... (default 1.1,1.5,3)")
+    st.add_argument("--last-tier-share", type=probability, default=1.0,
+                    help="--records: share of the slowest tier kept (drawn at random)")
     st.add_argument("--model", default="base", help="the model copied and fine-tuned: base, tlm or a directory")
     st.add_argument("--out", required=True, help="directory of the fine-tuned model")
     st.add_argument("--epochs", type=positive_float, default=8.0, help="passes over the demonstrations")

@@ -131,16 +131,19 @@ class Generated:
 
 
 class Generator:
-    """Generates schedules for a task with a trained TLM."""
+    """Generates schedules for a task with a trained TLM. `quality`: the tier a
+    quality-conditioned model is asked for (tlmir.lm.quality.prompt_tier of its config);
+    None for a model without the quality prompt."""
 
-    def __init__(self, model, tokenizer, hw: HardwareParams, sampling: Sampling | None = None, seed: int = 0):
+    def __init__(self, model, tokenizer, hw: HardwareParams, sampling: Sampling | None = None, seed: int = 0,
+                 quality: int | None = None):
         self.model, self.tok, self.hw = model.eval(), tokenizer, hw
         self.sampling = sampling or Sampling()
         self.rng = torch.Generator().manual_seed(seed)
-        self.seed = seed
+        self.seed, self.quality = seed, quality
 
     def _prefix_cache(self, task, batch: int):
-        ids = self.tok.encode(prefix_words(task, self.hw))
+        ids = self.tok.encode(prefix_words(task, self.hw, self.quality))
         cache = self.model.new_cache(1)
         logits = self.model.step(torch.tensor([ids]), torch.tensor([len(ids)]), cache)
         return cache.expand(batch), logits[0, -1]
@@ -244,7 +247,7 @@ class Generator:
         """Sample the raw model (no mask) and parse what comes out; a sentence cut off at
         `max_tokens` or the model's block size is reported malformed."""
         out: list[Generated] = []
-        prefix = prefix_words(task, self.hw)
+        prefix = prefix_words(task, self.hw, self.quality)
         max_tokens = min(max_tokens, self.model.config.block_size)
         while len(out) < n:
             b = min(batch_size, n - len(out))

@@ -357,8 +357,9 @@ class Iteration:
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> dict:
-        from .registry import load_model
         from .generate import Generator, Sampling
+        from .quality import prompt_tier
+        from .registry import load_model
         measurer = Measurer()
         try:
             todo = [t for t in self.tasks.values() if t.key not in self.progress["reference"]]
@@ -376,9 +377,9 @@ class Iteration:
                 left = [t for t in batch if not self._is_done(rnd, t.key)]
                 if left:
                     mdir, mround = self.latest_model(rnd)
-                    model, tok, _ = load_model(mdir)
+                    model, tok, meta = load_model(mdir)
                     gen = Generator(model, tok, self.hw, Sampling(self.cfg.temperature),
-                                    seed=self.cfg.seed * 1000 + rnd)
+                                    seed=self.cfg.seed * 1000 + rnd, quality=prompt_tier(meta))
                     self.log(f"[iterate] round {rnd}: {len(left)} of {len(batch)} tasks, "
                              f"model {os.path.basename(mdir)}")
                     for i, t in enumerate(left):

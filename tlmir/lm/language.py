@@ -1,6 +1,6 @@
 """The tensor language: a schedule trace written as one sentence of words.
 
-    <s> v4 task <task prompt> hw <hardware prompt> sketch <id> <decisions> </s>
+    <s> v4 task <task prompt> hw <hardware prompt> [quality <q>] sketch <id> <decisions> </s>
 
 Task prompt (the ComputeDAG of the task's outputs, producers first):
     input A 1024 1024                                  a placeholder and its shape
@@ -11,6 +11,9 @@ Task prompt (the ComputeDAG of the task's outputs, producers first):
 Hardware prompt: `hw cpu avx512 cores 2 vec 16 l1 48K l2 2048K`; a GPU's names its
     architecture, SMs, caches and per-block limits: `hw cuda sm_90 sms 132 l1 256K
     l2 51200K threads 1024 shared 48K regs 65536 warp 32 vthread 8`.
+Quality prompt (optional): `quality 0` says how fast the program is against the best one
+    measured for its task (0: the best tier; tlmir.lm.quality). A model fine-tuned on
+    sentences with it writes programs of the tier it is asked for.
 Decisions, in trace order:
     tile C.i 1024 = 256 32 16 1   a tile question: name, extent, `=`, then the extent
                                   left after each factor, outermost first: the factors
@@ -52,8 +55,9 @@ LISTED_KINDS = ("at", "parallel")  # questions that list their options before `=
 NUMBERED_KINDS = ("at",)  # ... numbered, and answered by the number
 BOS, EOS = "<s>", "</s>"
 QUESTION_KEYWORDS = question_keywords()  # what the rule sets ask (schedule.rules)
+QUALITY = "quality"
 STRUCTURAL_WORDS = (BOS, EOS, VERSION, "task", "hw", "sketch", "stage", "input", "read",
-                    "sp", "rd", "elem", "reduce", "=")
+                    "sp", "rd", "elem", "reduce", "=", QUALITY)
 RESERVED_WORDS = STRUCTURAL_WORDS + QUESTION_KEYWORDS
 MAX_TOKENS = 1024
 
@@ -115,9 +119,11 @@ def hw_prompt(hw: HardwareParams) -> list[str]:
             "vec", str(hw.vector_lanes), "l1", f"{hw.l1_kb}K", "l2", f"{hw.l2_kb}K"]
 
 
-def prefix_words(task, hw: HardwareParams) -> list[str]:
-    """Everything a sentence says before the decisions, ending with `sketch`."""
-    return [BOS, VERSION] + task_prompt(task) + hw_prompt(hw) + ["sketch"]
+def prefix_words(task, hw: HardwareParams, quality: int | None = None) -> list[str]:
+    """Everything a sentence says before the decisions, ending with `sketch`; with
+    `quality`, the quality prompt asks for a program of that tier."""
+    asked = [] if quality is None else [QUALITY, str(int(quality))]
+    return [BOS, VERSION] + task_prompt(task) + hw_prompt(hw) + asked + ["sketch"]
 
 
 # ------------------------------------------------------------------------ decisions
@@ -238,10 +244,11 @@ def trace_options(task, hw: HardwareParams, trace: Trace) -> dict:
     return seen
 
 
-def trace_to_sentence(task, hw: HardwareParams, trace: Trace) -> str:
+def trace_to_sentence(task, hw: HardwareParams, trace: Trace, quality: int | None = None) -> str:
     """The sentence of a trace of `task` on `hw` (the trace is replayed to learn the options
-    its questions were offered)."""
-    return " ".join(prefix_words(task, hw) + trace_words(trace, trace_options(task, hw, trace)) + [EOS])
+    its questions were offered), with a quality prompt if `quality` is given."""
+    return " ".join(prefix_words(task, hw, quality) + trace_words(trace, trace_options(task, hw, trace))
+                    + [EOS])
 
 
 def _words(sentence) -> list[str]:

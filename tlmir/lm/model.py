@@ -24,6 +24,7 @@ The cache's tensors start with room for a few positions and double as rows grow
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -267,6 +268,20 @@ class GPT(nn.Module):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
+
+    def grow_vocab(self, vocab_size: int) -> "GPT":
+        """A copy of this model for a vocabulary extended at its end (`Tokenizer.extended`):
+        the new words' embedding rows start at the mean of the old ones, every other weight
+        is this model's."""
+        if vocab_size < self.config.vocab_size:
+            raise ModelError(f"grow_vocab: {vocab_size} words is fewer than the model's {self.config.vocab_size}")
+        grown = GPT(dataclasses.replace(self.config, vocab_size=vocab_size))
+        state = {k: v.clone() for k, v in self.state_dict().items()}
+        old = state["wte.weight"]
+        extra = old.mean(dim=0, keepdim=True).expand(vocab_size - old.shape[0], -1)
+        state["wte.weight"] = state["lm_head.weight"] = torch.cat([old, extra])
+        grown.load_state_dict(state)
+        return grown.train(self.training)
 
     def num_params(self, non_embedding: bool = False) -> int:
         """Parameter count (the tied head counted once); optionally without position embeddings."""

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import ModelError
-from .language import EOS, QUESTION_KEYWORDS, VERSION
+from .language import EOS, QUESTION_KEYWORDS, STRUCTURAL_WORDS, VERSION
 from .tokenizer import Tokenizer
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -69,17 +69,41 @@ def answer_nll(model, tok: Tokenizer, sentences: Sequence[str], batch_size: int 
     return total / count if count else math.nan
 
 
+def _prompt_words(sentences: Sequence[str]) -> set[str]:
+    """Every word the sentences say before their first `sketch`."""
+    out: set[str] = set()
+    for s in sentences:
+        words = s.split()
+        out.update(words[:words.index("sketch")] if "sketch" in words else words)
+    return out
+
+
 def sft(base_dir: str, sentences: Sequence[str], out_dir: str, epochs: float = 4.0,
         batch_size: int = 16, lr: float = 3e-4, seed: int = 0, threads: int | None = None,
-        log: Callable[[str], None] | None = print, time_limit: float | None = None) -> dict:
+        log: Callable[[str], None] | None = print, time_limit: float | None = None,
+        quality: dict | None = None) -> dict:
     """Fine-tune a fresh copy of the model in `base_dir` on demonstration sentences;
-    the result (checkpoint + tokenizer) goes to `out_dir`. Resumable like `pretrain`."""
-    from .checkpoint import load_checkpoint
+    the result (checkpoint + tokenizer) goes to `out_dir`. Resumable like `pretrain`.
+
+    Structural words the base's vocabulary lacks (`quality`, for a model pre-trained
+    before the quality prompt existed) are appended to the copy's vocabulary, each with
+    a new embedding row (`GPT.grow_vocab`). `quality` (tlmir.lm.quality.quality_config)
+    is stored in the model's config.json: the tier its prompts ask for."""
+    from .checkpoint import load_checkpoint, save_checkpoint
     from .train import pretrain
     tok = Tokenizer.load(os.path.join(base_dir, TOKENIZER_FILE))
     base, _ = load_checkpoint(base_dir, expect_vocab_size=tok.vocab_size)
     if not sentences:
         raise ModelError(f"SFT into {out_dir}: no demonstration sentences")
+    grow = tok.covers([w for w in STRUCTURAL_WORDS if w in _prompt_words(sentences)])
+    init = base_dir
+    if grow:
+        tok = tok.extended(grow)
+        base = base.grow_vocab(tok.vocab_size)
+        init = out_dir.rstrip("/") + ".init"
+        save_checkpoint(base, init)
+        if log:
+            log(f"SFT into {out_dir}: vocabulary grown by {grow} to {tok.vocab_size} words")
     # a sentence with unknown decision words is skipped; one of another language version is
     # refused by the strict encoding below; unknown prompt words read as <unk>
     spelled = [s for s in sentences if s.split()[1:2] != [VERSION] or not tok.unknown_decisions(s)]
@@ -98,9 +122,15 @@ def sft(base_dir: str, sentences: Sequence[str], out_dir: str, epochs: float = 4
                          f"model's block size {base.config.block_size} (longest {max(too_long)} tokens)")
     steps = max(1, math.ceil(epochs * len(seqs) / batch_size))
     os.makedirs(out_dir, exist_ok=True)
-    shutil.copyfile(os.path.join(base_dir, TOKENIZER_FILE), os.path.join(out_dir, TOKENIZER_FILE))
-    return pretrain(seqs, [], base.config, out_dir, tok.pad_id, steps=steps, batch_size=batch_size,
-                    lr=lr, warmup=min(20, steps // 10), seed=seed, eval_every=max(steps, 1),
-                    log=log, loss_mask=answer_mask(tok), init_from=base_dir, time_limit=time_limit,
-                    extra={"sft": {"demonstrations": len(seqs), "skipped": len(sentences) - len(seqs),
-                                  "epochs": epochs}}, threads=threads)
+    tok.save(os.path.join(out_dir, TOKENIZER_FILE))
+    extra = {"sft": {"demonstrations": len(seqs), "skipped": len(sentences) - len(seqs), "epochs": epochs}}
+    if quality is not None:
+        extra["quality"] = quality
+    try:
+        return pretrain(seqs, [], base.config, out_dir, tok.pad_id, steps=steps, batch_size=batch_size,
+                        lr=lr, warmup=min(20, steps // 10), seed=seed, eval_every=max(steps, 1),
+                        log=log, loss_mask=answer_mask(tok), init_from=init, time_limit=time_limit,
+                        extra=extra, threads=threads)
+    finally:
+        if init != base_dir:
+            shutil.rmtree(init, ignore_errors=True)

@@ -34,13 +34,15 @@ _LOCK = threading.Lock()
 
 
 def cached_model(name: str):
-    """(model, tokenizer) loaded once per process and directory."""
+    """(model, tokenizer, quality tier its prompts ask for) loaded once per process and
+    directory."""
+    from .quality import prompt_tier
     from .registry import load_model, model_dir
     path = os.path.abspath(model_dir(name))
     with _LOCK:
         if path not in _MODELS:
-            model, tok, _ = load_model(path)
-            _MODELS[path] = (model.eval(), tok)
+            model, tok, meta = load_model(path)
+            _MODELS[path] = (model.eval(), tok, prompt_tier(meta))
         return _MODELS[path]
 
 
@@ -54,10 +56,11 @@ class TLMSearch(RandomSearch):
         if task is None:
             raise TlmirError("the tlm strategy needs the task (its prompt is the model's input)")
         from .generate import Generator, Sampling  # torch, only once a TLM search is made
-        net, tok = cached_model(model)
+        net, tok, quality = cached_model(model)
         self.task, self.batch_size = task, batch_size
-        self.gen = Generator(net, tok, space.hw, sampling or Sampling(space.sp.tlm_temperature), seed)
-        self.greedy = Generator(net, tok, space.hw, Sampling(temperature=0.0), seed) if greedy_first else None
+        self.gen = Generator(net, tok, space.hw, sampling or Sampling(space.sp.tlm_temperature), seed, quality)
+        self.greedy = (Generator(net, tok, space.hw, Sampling(temperature=0.0), seed, quality)
+                       if greedy_first else None)
         self.ranker = WorldRanker(space, task, seed) if ranked else None
         self.measured: list[tuple[Candidate, float]] = []  # ranked: (candidate, throughput), to fine-tune
 

@@ -185,6 +185,19 @@ class Tokenizer:
         hf.add_special_tokens([AddedToken(w, special=True, single_word=True) for w in SPECIAL])
         return cls(hf)
 
+    def extended(self, words: Iterable[str]) -> "Tokenizer":
+        """This vocabulary with `words` it lacks appended (ids of the old words unchanged,
+        so a model's embedding grows by rows: `model.GPT.grow_vocab`)."""
+        from tokenizers import AddedToken, Tokenizer as HF, models, pre_tokenizers
+        new = [w for w in dict.fromkeys(words) if w not in self._vocab]
+        for w in new:
+            if not w or any(c.isspace() for c in w):
+                raise LanguageError(f"vocabulary word {w!r} is not a single word")
+        hf = HF(models.WordLevel({w: i for i, w in enumerate(self._words + new)}, unk_token=UNK))
+        hf.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        hf.add_special_tokens([AddedToken(w, special=True, single_word=True) for w in SPECIAL])
+        return Tokenizer(hf)
+
     def save(self, path: str) -> None:
         try:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

@@ -25,7 +25,7 @@ import statistics
 import threading
 import time
 from dataclasses import dataclass, field, fields
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 from ..errors import RecordError
 
@@ -508,3 +508,20 @@ def import_jsonl(path: str | os.PathLike, db: RecordDB, dedup: bool = True) -> i
         recs = fresh
     db.append_many(recs)
     return len(recs)
+
+
+def read_records(paths: Sequence[str]) -> list[Record]:
+    """The records of record databases (`.db`) and JSON-lines exports (`.jsonl`, `.jsonl.xz`)."""
+    import tempfile
+    recs: list[Record] = []
+    for path in paths:
+        if not os.path.exists(path):
+            raise RecordError(f"records file {path} does not exist")
+        if str(path).endswith((".jsonl", ".jsonl.xz")):
+            with tempfile.TemporaryDirectory() as d, RecordDB(os.path.join(d, "r.db")) as db:
+                import_jsonl(path, db)
+                recs += db.records()
+        else:
+            with RecordDB(path) as db:
+                recs += db.records()
+    return recs

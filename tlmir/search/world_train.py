@@ -33,6 +33,7 @@ from ..errors import ModelError, TlmirError
 from ..lm.checkpoint import atomic_write, atomic_write_text, sha256_file
 from ..lm.language import trace_to_sentence
 from ..lm.tokenizer import Tokenizer
+from ..runtime.records import read_records
 from ..runtime.target import HardwareParams
 from ..schedule.decider import Trace
 from ..schedule.lower import lower
@@ -329,25 +330,6 @@ def ranking_metrics(programs: Sequence[Program], scores: np.ndarray, k: int = 10
     mean = (lambda xs: float(np.mean(xs)) if xs else math.nan)
     return {"tasks": len(top1), "pairwise_accuracy": mean(acc), "top1_recall": mean(top1),
             f"top{k}_recall": mean(topk), "kendall_tau": mean(taus)}
-
-
-def read_records(paths: Sequence[str]) -> list:
-    """The records of record databases (`.db`) and JSON-lines exports (`.jsonl`, `.jsonl.xz`)."""
-    import tempfile
-
-    from ..runtime.records import RecordDB, import_jsonl
-    recs = []
-    for path in paths:
-        if not os.path.exists(path):
-            raise TlmirError(f"records file {path} does not exist")
-        if path.endswith((".jsonl", ".jsonl.xz")):
-            with tempfile.TemporaryDirectory() as d, RecordDB(os.path.join(d, "r.db")) as db:
-                import_jsonl(path, db)
-                recs += db.records()
-        else:
-            with RecordDB(path) as db:
-                recs += db.records()
-    return recs
 
 
 def train_from_records(paths: Sequence[str], out: str, tokenizer: str, cfg_fields: dict | None = None,
