@@ -105,3 +105,18 @@ def test_a_dense_gelu_kernel_holds_its_epilogue():
     sch, _ = SearchSpace(op.outputs, SM90).sample(random.Random(0))
     src = tlmir.build(sch, op.args, target="cuda:sm_90").source
     assert src.count("__global__") == 1 and "erff(" in src and "__shared__" in src
+
+
+def test_two_tiled_stages_reading_one_input_get_copies_of_their_own():
+    from tlmir import te
+    A = te.placeholder((16, 16), name="A")
+    B = te.placeholder((16, 16), name="B")
+    k = te.reduce_axis(16, "k")
+    C = te.compute((16, 16), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    k2 = te.reduce_axis(16, "k2")
+    D = te.compute((16, 16), lambda i, j: te.sum(A[i, k2] * C[k2, j], axis=k2), name="D")
+    space = SearchSpace([D], SM90)
+    sch, trace = space.sample(random.Random(0))
+    names = [st.name for st in sch.stages]
+    assert len(names) == len(set(names)) and "A.shared" in names and "A.shared_1" in names
+    assert str(tlmir.lower(space.replay(trace), [A, B, D])) == str(tlmir.lower(sch, [A, B, D]))
