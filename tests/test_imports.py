@@ -52,14 +52,14 @@ def import_graph() -> dict[str, set[str]]:
 # tlmir.lm (the package's __init__) is in that layer too, since importing lm.language runs it.
 LAYERS: list[tuple[str, list[str]]] = [
     ("core", ["tlmir.errors", "tlmir.te", "tlmir.ir.*"]),
-    ("data", ["tlmir.ops.*", "tlmir.runtime", "tlmir.runtime.target", "tlmir.runtime.task",
+    ("data", ["tlmir.ops.*", "tlmir.runtime", "tlmir.runtime.target", "tlmir.runtime.gpu", "tlmir.runtime.task",
               "tlmir.workloads.*", "tlmir.zoo.*"]),
     ("schedule", ["tlmir.schedule.*"]),
     ("language", ["tlmir.lm", "tlmir.lm.language", "tlmir.lm.tokenizer", "tlmir.lm.model",
                   "tlmir.lm.checkpoint"]),
     ("backends", ["tlmir.runtime.backend", "tlmir.runtime.interpreter", "tlmir.runtime.interp_backend",
                   "tlmir.runtime.inplace",
-                  "tlmir.codegen_cpu.*", "tlmir.build"]),
+                  "tlmir.codegen_cpu.*", "tlmir.codegen_cuda.*", "tlmir.build"]),
     ("measurement", ["tlmir.runtime.measure", "tlmir.runtime.worker", "tlmir.runtime.worker_process",
                      "tlmir.runtime.records"]),
     ("search", ["tlmir.search.*"]),
@@ -174,12 +174,15 @@ def test_the_checker_finds_an_upward_import():
 
 
 def test_code_generators_are_reached_through_the_backend_registry():
-    """Only runtime.backend loads codegen_cpu (by name); the one exception is `tlmir show`,
-    which prints the program the CPU backend's prefetch pass makes of a schedule's."""
+    """Only runtime.backend loads codegen_cpu and codegen_cuda (by name); the one exception
+    is `tlmir show`, which prints the program the CPU backend's prefetch pass makes of a
+    schedule's."""
     graph = import_graph()
     users = {m for m in graph if not m.startswith("tlmir.codegen_cpu")
              and any(t.startswith("tlmir.codegen_cpu") for t in graph[m])}
     assert users == {"tlmir.cli"}
+    assert {m for m in graph if not m.startswith("tlmir.codegen_cuda")
+            and any(t.startswith("tlmir.codegen_cuda") for t in graph[m])} == set()
 
 
 def test_importing_tlmir_loads_neither_torch_nor_a_code_generator():
@@ -187,7 +190,7 @@ def test_importing_tlmir_loads_neither_torch_nor_a_code_generator():
     import subprocess
     import sys
     code = ("import sys, tlmir, tlmir.ops.baselines; "
-            "print('torch' in sys.modules or 'tlmir.codegen_cpu' in sys.modules)")
+            "print('torch' in sys.modules or 'tlmir.codegen_cpu' in sys.modules or 'tlmir.codegen_cuda' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": os.path.dirname(ROOT)})
     assert out.stdout.strip() == "False", out.stderr

@@ -15,8 +15,17 @@ def cmd_show(args) -> None:
     if not args.op:
         raise TlmirError("show needs --op or --db")
     from .ir.printer import te_str
+    from .runtime.target import parse_target
     from .schedule import create_schedule, lower, replay, steps_from_json
     op = op_from_args(args)
+    hw = parse_target(args.target)
+    if args.sample is not None and args.steps:
+        raise ArgumentError("show: give --steps (a schedule) or --sample N (programs of the space), not both")
+    if args.sample is None and not args.steps and hw.kind == "cuda":
+        args.sample = 1  # an unscheduled program runs on no GPU thread
+    print(f"# {op!r}\n# te\n{te_str(op.outputs)}\n")
+    if args.sample is not None:
+        return _show_samples(op, hw, args)
     s = create_schedule(op.outputs)
     if args.steps:
         try:
@@ -24,10 +33,11 @@ def cmd_show(args) -> None:
         except OSError as e:
             raise TlmirError(f"cannot read schedule steps file {args.steps!r}: {e}") from None
         replay(s, steps_from_json(text))
-    print(f"# {op!r}\n# te\n{te_str(op.outputs)}\n")
     if s.history:
         print("# schedule\n" + "\n".join(str(st) for st in s.history) + "\n")
     func = lower(s, op.args, op.family)
+    if hw.kind == "cuda":
+        return _print_cuda(func, hw)
     _print_lowered(func)
     if args.llvm or args.asm:
         from .runtime.backend import compile_func
@@ -36,6 +46,35 @@ def cmd_show(args) -> None:
             print(f"# LLVM IR (optimised)\n{k.llvm_ir}")
         if args.asm:
             print(f"# assembly\n{k.assembly}")
+
+
+def _show_samples(op, hw, args) -> None:
+    """`--sample N`: N programs of the op's space for the target, drawn at random."""
+    import random
+
+    from .schedule import lower
+    from .schedule.space import SearchSpace
+    space = SearchSpace(op.outputs, hw)
+    print(f"# {len(space.sketches)} sketch{'es' if len(space.sketches) != 1 else ''} for {hw.key}")
+    for k, sk in enumerate(space.sketches):
+        print(f"#   {k}: {sk}")
+    rng = random.Random(args.seed)
+    for n in range(args.sample):
+        sch, trace = space.sample(rng)
+        print(f"\n# sample {n + 1}: {trace}")
+        func = lower(sch, op.args, op.family)
+        if hw.kind == "cuda":
+            _print_cuda(func, hw)
+        else:
+            _print_lowered(func)
+
+
+def _print_cuda(func, hw) -> None:
+    """The CUDA C NVRTC compiles for `hw`, and what each kernel uses."""
+    from .runtime.backend import compile_func
+    k = compile_func(func, hw)
+    print(f"# CUDA C for {hw.isa} (NVRTC: " + "; ".join(k.describe().splitlines()) + ")")
+    print(k.source)
 
 
 SUMMARY_HEADER = (f"{'task':<48} {'tlmir ms':>10} {'GFLOP/s':>9} {'trials':>6} {'numpy ms (med, max)':>25} "
@@ -90,6 +129,8 @@ def cmd_tune(args) -> None:
     from .search.strategy import parse_strategy
     parse_strategy(args.strategy)  # a bad name or target fails before any task is built
     hw = parse_target(args.target)
+    if args.dry_run:
+        return _dry_run(args, hw, imported)
     if args.workload:
         from .workloads import network_tasks
         tasks = imported.tasks() if imported else network_tasks(args.workload)
@@ -103,7 +144,8 @@ def cmd_tune(args) -> None:
                         db=args.db, seed=args.seed, progress=not args.json, hw=hw, model=args.model)]
     rows = []
     from .evaluate import default_seconds, task_baselines
-    bases = (task_baselines([r.task for r in results], threads, spread=True) if not args.no_baselines
+    gpu = hw.kind == "cuda"  # the CPU baselines and the untuned (unbound) schedule say nothing of a GPU's
+    bases = (task_baselines([r.task for r in results], threads, spread=True) if not (args.no_baselines or gpu)
              else [{}] * len(results))
     if not args.json:
         print(SUMMARY_HEADER)
@@ -112,11 +154,11 @@ def cmd_tune(args) -> None:
         d.update({f"{k}_seconds": v[0] for k, v in base.items()})
         d.update({f"{k}_median_seconds": v[1] for k, v in base.items()})
         d.update({f"{k}_slowest_seconds": v[2] for k, v in base.items()})
-        d["default_seconds"] = default_seconds(r.task, threads)  # the untuned schedule, a candidate too
+        d["default_seconds"] = None if gpu else default_seconds(r.task, threads)  # a candidate too
         rows.append(d)
         if not args.json:
             print(_summary_row(r, base))
-            if not r.best_trace or d["default_seconds"] < r.best_seconds:
+            if not gpu and (not r.best_trace or d["default_seconds"] < r.best_seconds):
                 print(f"  {r.task.name}: the untuned default schedule runs in {d['default_seconds'] * 1e3:.4f} ms, "
                       f"faster than the search's best: keep it (`tlmir.create_schedule`, no steps)")
     if args.workload and not args.json:
@@ -129,6 +171,35 @@ def cmd_tune(args) -> None:
         print(cm.report(args=list(inputs), eager=module))
     if args.json:
         print(json.dumps({"tasks": rows} if args.workload else rows[0]))
+
+
+def _dry_run(args, hw, imported) -> None:
+    """`tune --dry-run`: the space of each task sampled, compiled and resource-checked,
+    nothing measured (no GPU needed for a GPU target)."""
+    import json
+
+    from .runtime.task import Task
+    from .search.dry_run import dry_run
+    if args.workload:
+        from .workloads import network_tasks
+        tasks = [t for t, _ in (imported.tasks() if imported else network_tasks(args.workload))]
+    elif args.op:
+        tasks = [Task.from_op(op_from_args(args))]
+    else:
+        raise TlmirError("tune needs --op (with --shape/--param) or --workload")
+    rows = []
+    for task in tasks:
+        rep = dry_run(task, hw, args.trials or args.trials_per_task or 64, args.seed)
+        rows.append({"name": task.name, "key": task.key, "hardware": hw.key, "sketches": rep.sketches,
+                     "candidates": rep.candidates, "compiled": rep.compiled, "kernels": rep.kernels,
+                     "rejected": dict(rep.rejected), "failed": [m for _, m in rep.failed],
+                     "spilled": rep.spilled, "compile_seconds": rep.seconds})
+        if not args.json:
+            print(rep.summary())
+            if rep.example is not None and hasattr(rep.example[1], "describe"):
+                print(f"example: {rep.example[0]}\n  " + "\n  ".join(rep.example[1].describe().splitlines()))
+    if args.json:
+        print(json.dumps(rows if args.workload else rows[0]))
 
 
 def cmd_eval(args) -> None:
@@ -290,6 +361,11 @@ def main(argv: list[str] | None = None) -> int:
     sh.add_argument("--steps", help="JSON file of recorded schedule steps to replay")
     sh.add_argument("--llvm", action="store_true", help="also print the optimised LLVM IR")
     sh.add_argument("--asm", action="store_true", help="also print the assembly")
+    sh.add_argument("--target", default="cpu",
+                    help="cpu (this host), cpu:avx2, ..., or a GPU: cuda:sm_70|80|86|90 (CUDA C, no GPU needed)")
+    sh.add_argument("--sample", type=positive_int, metavar="N",
+                    help="print N programs of the op's schedule space for the target, drawn at random")
+    sh.add_argument("--seed", type=nonneg_int, default=0, help="random seed of --sample")
     sh.add_argument("--db", help="instead of an op: print the best record of each task in a records DB")
     sh.add_argument("--best", action="store_true", help="with --db: also the schedule and loop IR")
     sh.set_defaults(fn=cmd_show)
@@ -308,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     tu.add_argument("--input", metavar="SHAPE", help="with --model-from: the input shape, e.g. 1,3,224,224")
     tu.add_argument("--target", default="cpu",
                     help="what the programs are compiled for: cpu (this host), cpu:avx2, cpu:avx512, "
-                         "options -cores=N -l1=32K -l2=1M")
+                         "options -cores=N -l1=32K -l2=1M; cuda (this host's GPU), cuda:sm_70|80|86|90")
     tu.add_argument("--trials", type=positive_int, help="measurements for --op (default 64)")
     tu.add_argument("--trials-per-task", type=positive_int,
                     help="measurements per task for --workload (default 64)")
@@ -323,6 +399,9 @@ def main(argv: list[str] | None = None) -> int:
     tu.add_argument("--seed", type=nonneg_int, default=0, help="random seed of the search")
     tu.add_argument("--json", action="store_true", help="print one JSON object")
     tu.add_argument("--no-baselines", action="store_true", help="skip timing numpy / PyTorch")
+    tu.add_argument("--dry-run", action="store_true",
+                    help="measure nothing: sample --trials programs, compile each and count what the resource "
+                         "checks refuse (a GPU target needs no GPU)")
     tu.set_defaults(fn=cmd_tune)
     from .lm.commands import add_parsers
     add_parsers(sub)

@@ -25,12 +25,26 @@ class BuildError(TlmirError):
     """Code generation or compilation failed."""
 
 
+class ResourceError(BuildError):
+    """A GPU kernel needs more than its target allows a block (threads, shared memory,
+    registers): refused before it is ever launched."""
+
+
 class ArgumentError(TlmirError):
     """A compiled kernel was called with arrays of the wrong dtype, shape or layout."""
 
 
 class MeasureError(TlmirError):
     """A candidate crashed, hung or produced a wrong result during measurement."""
+
+
+class DeviceError(TlmirError):
+    """The GPU or its driver refused an operation (a module that does not load, a launch
+    over its limits, a faulting kernel)."""
+
+
+class NoDeviceError(DeviceError):
+    """A GPU was needed and this machine has none (no CUDA driver, or no device)."""
 
 
 class RecordError(TlmirError):

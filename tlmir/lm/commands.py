@@ -16,15 +16,18 @@ from .registry import BASE_MODEL, TOKENIZER_FILE, load_model, model_dir, passive
 
 def cmd_sample(args) -> None:
     from .sample import sample_corpus
+    from ..runtime.target import parse_target
     n = sample_corpus(args.split, args.out, per_task=args.per_task, hw_per_task=args.hw_per_task,
                       shard_tasks=args.shard_tasks, workers=args.workers, seed=args.seed,
-                      limit=args.limit, log=(lambda m: None) if args.quiet else print)
+                      limit=args.limit, host=parse_target(args.target),
+                      log=(lambda m: None) if args.quiet else print)
     print(f"sampled {n} new sentences into {args.out}")
 
 
 def cmd_tokenizer_build(args) -> None:
+    from ..runtime.target import parse_target
     from .tokenizer import build_splits_tokenizer
-    tok = build_splits_tokenizer(workers=args.workers)
+    tok = build_splits_tokenizer(hw=parse_target(args.target), workers=args.workers)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     tok.save(args.out)
     print(f"tokenizer with {tok.vocab_size} words -> {args.out}")
@@ -191,13 +194,19 @@ def add_parsers(sub) -> None:
     sa.add_argument("--seed", type=nonneg_int, default=0, help="random seed of the sampler")
     sa.add_argument("--limit", type=positive_int, help="only the first N tasks")
     sa.add_argument("--quiet", action="store_true", help="no progress lines")
+    sa.add_argument("--target", default="cpu",
+                    help="the hardware drawn first: cpu (this host, then other CPU classes) or a GPU, "
+                         "cuda:sm_70|80|86|90 (then the other GPU classes)")
     sa.set_defaults(fn=cmd_sample)
     tk = sub.add_parser("tokenizer", help="build the word-level tokenizer")
     tks = tk.add_subparsers(dest="what", required=True)
     tb = tks.add_parser("build", help="the vocabulary of the schedule spaces of both splits, "
-                                      "on every CPU class")
+                                      "on every CPU class (or, with --target cuda:sm_XX, every GPU class)")
     tb.add_argument("--out", required=True, help="tokenizer.json to write")
     tb.add_argument("--workers", type=nonneg_int, default=0, help="processes (default: all cores)")
+    tb.add_argument("--target", default="cpu",
+                    help="cpu (the shipped models' language) or cuda:sm_XX: the GPU spaces' language, "
+                         "a vocabulary of its own")
     tb.set_defaults(fn=cmd_tokenizer_build)
     tr = sub.add_parser("train", help="train the tensor language model")
     trs = tr.add_subparsers(dest="what", required=True)

@@ -8,7 +8,9 @@ Task prompt (the ComputeDAG of the task's outputs, producers first):
         kind (elem | reduce), spatial extents, reduce extents (reductions only), then
         for every distinct tensor read: the tensor's name and each index expression
         printed as one word (spaces removed: `p*2+rr`, `k//4*4+rc`).
-Hardware prompt: `hw cpu avx512 cores 2 vec 16 l1 48K l2 2048K`.
+Hardware prompt: `hw cpu avx512 cores 2 vec 16 l1 48K l2 2048K`; a GPU's names its
+    architecture, SMs, caches and per-block limits: `hw cuda sm_90 sms 132 l1 256K
+    l2 51200K threads 1024 shared 48K regs 65536 warp 32 vthread 8`.
 Quality prompt (optional): `quality 0` says how fast the program is against the best one
     measured for its task (0: the best tier; tlmir.lm.quality). A model fine-tuned on
     sentences with it writes programs of the tier it is asked for.
@@ -108,7 +110,11 @@ def task_prompt(task) -> list[str]:
 
 
 def hw_prompt(hw: HardwareParams) -> list[str]:
-    """`hw cpu avx512 cores 2 vec 16 l1 48K l2 2048K`."""
+    """`hw cpu avx512 cores 2 vec 16 l1 48K l2 2048K`, or a GPU's `hw cuda sm_90 sms 132 ...`."""
+    if hw.kind == "cuda":
+        return ["hw", "cuda", _name(hw.isa, "architecture"), "sms", str(hw.cores), "l1", f"{hw.l1_kb}K",
+                "l2", f"{hw.l2_kb}K", "threads", str(hw.max_threads), "shared", f"{hw.max_shared_kb}K",
+                "regs", str(hw.max_regs), "warp", str(hw.warp_size), "vthread", str(hw.max_vthread)]
     return ["hw", _name(hw.kind, "hardware kind"), _name(hw.isa, "isa"), "cores", str(hw.cores),
             "vec", str(hw.vector_lanes), "l1", f"{hw.l1_kb}K", "l2", f"{hw.l2_kb}K"]
 

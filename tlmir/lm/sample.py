@@ -5,7 +5,8 @@
 A corpus is a directory of shards. Shard i holds every sentence of tasks
 i*shard_tasks .. (i+1)*shard_tasks-1 of the task list: for each task, random traces under
 `hw_per_task` hardware prompts (the host's first, then CPU classes of
-`target.hardware_variants()` drawn at random, so the model does not assume one machine),
+`target.hardware_variants()` drawn at random, so the model does not assume one machine;
+for a GPU target, `sample --target cuda:sm_90`, it first and then the other GPU classes),
 de-duplicated within the task. Shards are drawn in parallel worker processes and each is
 written whole (to a temporary name, then renamed), so a killed run loses at most the
 shards in flight and a rerun draws only the missing ones. `corpus.json` fixes the task
@@ -26,7 +27,7 @@ import random
 from typing import Callable, Iterator, Sequence
 
 from ..errors import TlmirError
-from ..runtime.target import HardwareParams, hardware_variants, host_hardware
+from ..runtime.target import HardwareParams, gpu_variants, hardware_variants, host_hardware
 
 MANIFEST = "corpus.json"
 
@@ -36,8 +37,9 @@ def _shard_path(out_dir: str, index: int) -> str:
 
 
 def _task_hardware(rng: random.Random, host: HardwareParams, n: int) -> list[HardwareParams]:
-    """The host first, then n - 1 other CPU classes / core counts drawn without repeats."""
-    variants = [hw for hw in hardware_variants() if hw != host]
+    """The host first, then n - 1 other CPU classes / core counts (GPU classes, for a GPU
+    host) drawn without repeats."""
+    variants = [hw for hw in (gpu_variants() if host.kind == "cuda" else hardware_variants()) if hw != host]
     return [host] + rng.sample(variants, min(n - 1, len(variants)))
 
 

@@ -13,6 +13,9 @@ what a sample happened to contain (`language_words`):
 - every integer 0..1024 and every divisor of every extent of the tasks (tile answers).
 So no valid decision of those tasks is <unk>, and a rule added later enters the
 vocabulary when the tokenizer is rebuilt (tests/test_vocabulary.py fails until then).
+For a GPU (`hw` of kind cuda: `tlmir tokenizer build --target cuda:sm_90`) the same walk
+covers the GPU rules' spaces and every GPU class's prompt instead: a vocabulary of its
+own, so the shipped CPU models' ids never change.
 Saved as one JSON file (`tokenizers`' own format); `hash` identifies the vocabulary, to
 check a checkpoint matches.
 """
@@ -25,7 +28,7 @@ import random
 from typing import Iterable, Sequence
 
 from ..errors import LanguageError
-from ..runtime.target import HardwareParams, hardware_variants, host_hardware
+from ..runtime.target import GPU_CLASSES, HardwareParams, gpu_variants, hardware_variants, host_hardware
 from ..schedule.decider import Decider
 from .language import RESERVED_WORDS, VERSION, _is_int, decision_words, hw_prompt, prefix_words
 
@@ -36,6 +39,8 @@ SMALL_INTS = range(0, 1025)
 # core count, the parallel fuse limit on cores, vectorization on the lanes)
 RULE_HARDWARE = (HardwareParams("cpu", "avx512", 2, 16, 32, 1024),
                  HardwareParams("cpu", "avx2", 64, 8, 32, 512))
+# ... of the GPU rules (cross-thread reductions depend on the SM count)
+GPU_RULE_HARDWARE = (GPU_CLASSES["sm_86"], GPU_CLASSES["sm_90"])
 
 
 class OptionRecorder(Decider):
@@ -283,13 +288,15 @@ class Tokenizer:
 def language_words(tasks: Iterable, hw: HardwareParams | None = None, samples_per_sketch: int = 2,
                    seed: int = 0) -> set[str]:
     """Every word of the language of `tasks` (see the module docstring); `hw` (default:
-    this host) joins the hardware whose rules are walked."""
+    this host) joins the hardware whose rules are walked, and a GPU `hw` makes it the
+    language of GPU targets."""
     host = hw or host_hardware()
+    gpu = host.kind == "cuda"
     words: set[str] = set(SPECIAL) | set(RESERVED_WORDS)
-    for variant in (*hardware_variants(), host):
+    for variant in (*(gpu_variants() if gpu else hardware_variants()), host):
         words.update(hw_prompt(variant))
     words.update(str(i) for i in SMALL_INTS)
-    rule_hw = list(dict.fromkeys((*RULE_HARDWARE, host)))
+    rule_hw = list(dict.fromkeys((*(GPU_RULE_HARDWARE if gpu else RULE_HARDWARE), host)))
     for task in tasks:
         for variant in rule_hw:
             words |= space_words(task, variant, samples_per_sketch, seed)

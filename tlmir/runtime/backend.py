@@ -27,8 +27,8 @@ from ..ir.stmt import PrimFunc, Store, walk_stmt
 from .target import HardwareParams, host_hardware
 
 # name -> the module whose import registers that backend (loaded on first use)
-KNOWN_BACKENDS = {"cpu": "tlmir.codegen_cpu", "interp": "tlmir.runtime.interp_backend"}
-DEFAULT_FOR_KIND = {"cpu": "cpu"}  # HardwareParams.kind -> the backend that compiles for it
+KNOWN_BACKENDS = {"cpu": "tlmir.codegen_cpu", "cuda": "tlmir.codegen_cuda", "interp": "tlmir.runtime.interp_backend"}
+DEFAULT_FOR_KIND = {"cpu": "cpu", "cuda": "cuda"}  # HardwareParams.kind -> the backend that compiles for it
 NUM_THREADS_ENV = "TLMIR_NUM_THREADS"
 
 

@@ -16,8 +16,9 @@ Semantics:
   Python generator per thread (a Barrier is a `yield`); all threads of the block advance
   phase by phase, so barriers may sit anywhere (inside serial loops, between stages), and
   per-thread locals stay per-thread. Shared-scope Allocates inside the nest are made once
-  per block. Thread-bound loops without barriers are plain loops; a Barrier outside any
-  thread loop is a no-op (sequential execution already orders it).
+  per block. A loop bound to the thread index of a loop around it is that thread (the
+  nest runs as threads too). Other thread-bound loops without barriers are plain loops;
+  a Barrier outside any thread loop is a no-op (sequential execution already orders it).
 """
 from __future__ import annotations
 
@@ -158,6 +159,13 @@ _CALLS = {"exp": "_exp", "log": "_log", "sqrt": "_sqrt", "rsqrt": "_rsqrt", "tan
 
 def _is_thread_loop(s: S.Stmt) -> bool:
     return isinstance(s, S.For) and bool(s.thread_tag) and s.thread_tag.startswith("threadIdx")
+
+
+def _nests_own_index(s: S.For) -> bool:
+    """Does a loop bound to the same thread index sit inside `s`? On a GPU it is the same
+    thread (a stage computed inside a thread, fetching its part), so the block runs as
+    threads, as with barriers, not as nested loops."""
+    return any(_is_thread_loop(x) and x.thread_tag == s.thread_tag for x in S.walk_stmt(s.body))
 
 
 class _ThreadCtx:
@@ -312,7 +320,7 @@ class _Codegen:
             self.stmt(s.body, out, ind, depth, ctx)
             self.bound.discard(id(s.var))
             return
-        if _is_thread_loop(s) and id(s) in self.barrier:
+        if _is_thread_loop(s) and (id(s) in self.barrier or _nests_own_index(s)):
             return self.launch(s, out, pad)
         if depth >= MAX_BLOCK_DEPTH:
             return self.outline(s, out, pad, ctx)

@@ -1,6 +1,9 @@
 """What the machine is (`HardwareParams`) and how hard to look (`SearchParams`).
 
 Every magic number of the schedule space and the search lives here, not in the rules.
+A GPU is a `HardwareParams` of kind "cuda" (presets in GPU_CLASSES, one per architecture
+tlmir compiles for); its launch limits are fields of it, so the GPU rules never offer a
+configuration over them.
 """
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ import os
 import dataclasses
 from dataclasses import asdict, dataclass
 
-from ..errors import BuildError, ScheduleError
+from ..errors import BuildError, NoDeviceError, ScheduleError
 
 
 ISA_LANES = {"avx512": 16, "avx2": 8, "sse": 4}  # float32 lanes of each ISA's widest register
@@ -17,29 +20,50 @@ ISA_LANES = {"avx512": 16, "avx2": 8, "sse": 4}  # float32 lanes of each ISA's w
 
 @dataclass(frozen=True)
 class HardwareParams:
-    kind: str = "cpu"
-    isa: str = "avx512"          # avx512 | avx2 | sse
-    cores: int = 2
-    vector_lanes: int = 16       # float32 lanes of the widest vector register
-    l1_kb: int = 48
+    kind: str = "cpu"            # cpu | cuda
+    isa: str = "avx512"          # avx512 | avx2 | sse; a GPU's architecture (sm_90)
+    cores: int = 2               # a GPU's streaming multiprocessors
+    vector_lanes: int = 16       # float32 lanes of the widest vector register (a GPU: of float4)
+    l1_kb: int = 48              # per core (a GPU: L1 + shared memory per SM)
     l2_kb: int = 2048
+    # a GPU's launch limits (0 on a CPU): what one block of one kernel may use
+    max_threads: int = 0         # threads per block
+    max_shared_kb: int = 0       # static shared memory per block
+    max_regs: int = 0            # 32-bit registers per block
+    max_thread_regs: int = 0     # ... per thread
+    warp_size: int = 0
+    max_vthread: int = 0         # virtual threads one thread may run (Ansor's max_vthread_extent)
 
     @property
     def key(self) -> str:
         """Identifies the hardware in records: results never cross machines of another kind."""
-        return f"{self.kind}-{self.isa}-c{self.cores}-l1_{self.l1_kb}K-l2_{self.l2_kb}K"
+        base = f"{self.kind}-{self.isa}-c{self.cores}-l1_{self.l1_kb}K-l2_{self.l2_kb}K"
+        if self.kind != "cuda":
+            return base
+        return (f"{base}-t{self.max_threads}-s{self.max_shared_kb}K-r{self.max_regs}_{self.max_thread_regs}"
+                f"-w{self.warp_size}-v{self.max_vthread}")
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_key(cls, key: str) -> "HardwareParams":
-        """The hardware a records key names (`cpu-avx512-c2-l1_32K-l2_1024K`)."""
-        bad = ScheduleError(f"hardware key {key!r} is not of the form KIND-ISA-cCORES-l1_<n>K-l2_<n>K")
+        """The hardware a records key names (`cpu-avx512-c2-l1_32K-l2_1024K`, or a GPU's
+        `cuda-sm_90-c132-l1_256K-l2_51200K-t1024-s48K-r65536_255-w32-v8`)."""
+        bad = ScheduleError(f"hardware key {key!r} is not of the form KIND-ISA-cCORES-l1_<n>K-l2_<n>K "
+                            f"(a GPU's followed by -tTHREADS-sSHARED_K-rREGS_THREADREGS-wWARP-vVTHREAD)")
+        parts = key.split("-")
         try:
-            kind, isa, cores, l1, l2 = key.split("-")
-            hw = cls(kind, isa, int(cores.removeprefix("c")), ISA_LANES[isa],
-                     int(l1.removeprefix("l1_").removesuffix("K")), int(l2.removeprefix("l2_").removesuffix("K")))
+            kind, isa, cores, l1, l2 = parts[:5]
+            base = (kind, isa, int(cores.removeprefix("c")), 4 if kind == "cuda" else ISA_LANES[isa],
+                    int(l1.removeprefix("l1_").removesuffix("K")), int(l2.removeprefix("l2_").removesuffix("K")))
+            if kind == "cuda":
+                t, sh, r, w, v = parts[5:]
+                regs, thread_regs = r.removeprefix("r").split("_")
+                hw = cls(*base, int(t.removeprefix("t")), int(sh.removeprefix("s").removesuffix("K")),
+                         int(regs), int(thread_regs), int(w.removeprefix("w")), int(v.removeprefix("v")))
+            else:
+                hw = cls(*base)
         except (ValueError, KeyError):
             raise bad from None
         if hw.key != key:
@@ -69,12 +93,36 @@ def hardware_variants() -> list[HardwareParams]:
     return [dataclasses.replace(hw, cores=c) for hw in CPU_CLASSES.values() for c in CORE_COUNTS]
 
 
+def _gpu(arch: str, sms: int, l1_kb: int, l2_kb: int) -> HardwareParams:
+    """A GPU of the architectures tlmir compiles for: 1024 threads, 48 KiB of static shared
+    memory and 64 Ki registers (255 per thread) per block, warps of 32 (the same on sm_70 to
+    sm_90); up to 8 virtual threads per thread."""
+    return HardwareParams("cuda", arch, sms, 4, l1_kb, l2_kb, 1024, 48, 65536, 255, 32, 8)
+
+
+# The GPUs the tensor language speaks of and `cuda:sm_XX` names: the data-centre part of
+# each architecture (sm_86: the RTX 3090). SMs, L1 + shared memory per SM, L2.
+GPU_CLASSES: dict[str, HardwareParams] = {
+    "sm_70": _gpu("sm_70", 80, 128, 6144),      # V100
+    "sm_80": _gpu("sm_80", 108, 192, 40960),    # A100
+    "sm_86": _gpu("sm_86", 82, 128, 6144),      # RTX 3090
+    "sm_90": _gpu("sm_90", 132, 256, 51200),    # H100 SXM
+}
+
+
+def gpu_variants() -> list[HardwareParams]:
+    """Every GPU class: the GPU hardware the language covers."""
+    return list(GPU_CLASSES.values())
+
+
 @dataclass(frozen=True)
 class SearchParams:
     max_innermost_factor: int = 64
     max_vector_len: int = 64           # longest vectorized loop the space offers
     parallel_factor: int = 16          # parallel loops cover up to parallel_factor x cores iterations
     unroll_steps: tuple = (0, 16, 64, 512)
+    gpu_unroll_steps: tuple = (0, 16, 64, 512, 1024)   # Ansor's GPU auto_unroll_max_step options
+    gpu_vector_widths: tuple = (1, 2, 4)               # elements per thread of a cooperative load
     max_unroll: int = 4096             # most iterations an unrolled loop (or auto-unrolled nest) may
                                        # have: a 1 M-iteration unroll would build for minutes
     population: int = 512              # evolutionary search: candidates the cost model scores per
@@ -160,15 +208,17 @@ def parse_target(spec: str = "cpu") -> HardwareParams:
     """A target string as TVM spells one, to the hardware it names: `cpu` (this host),
     `cpu:avx2` / `cpu:avx512` / `cpu:sse` (this host held to that instruction set: code
     for an AVX2 machine compiled and run here), each optionally followed by options
-    `-cores=N`, `-l1=32K`, `-l2=1M` that override what the host reports."""
+    `-cores=N`, `-l1=32K`, `-l2=1M` that override what the host reports; `cuda:sm_XX` (a
+    GPU of that architecture, GPU_CLASSES: compiled without one) or `cuda` (this host's GPU)."""
     if not isinstance(spec, str) or not spec.strip():
         raise BuildError(f"target must be a string such as 'cpu' or 'cpu:avx2', got {spec!r}")
     head, *opts = spec.split()
     kind, _, isa = head.partition(":")
     if kind == "cuda":
-        raise BuildError(f"target {spec!r}: there is no CUDA backend yet; available: cpu, cpu:avx2, cpu:avx512")
+        return _parse_cuda(spec, isa, opts)
     if kind != "cpu":
-        raise BuildError(f"unknown target {spec!r}; available: cpu, cpu:avx2, cpu:avx512, cpu:sse")
+        raise BuildError(f"unknown target {spec!r}; available: cpu, cpu:avx2, cpu:avx512, cpu:sse, "
+                         f"cuda, {', '.join('cuda:' + a for a in GPU_CLASSES)}")
     host = host_hardware()
     hw = host
     if isa:
@@ -191,3 +241,36 @@ def parse_target(spec: str = "cpu") -> HardwareParams:
             raise BuildError(f"target {spec!r}: {opt!r} must be positive")
         hw = dataclasses.replace(hw, **{fields[name]: n})
     return hw
+
+
+def _parse_cuda(spec: str, arch: str, opts: list[str]) -> HardwareParams:
+    if opts:
+        raise BuildError(f"target {spec!r}: a CUDA target takes no options, got {' '.join(opts)!r}")
+    if not arch:
+        return host_gpu()
+    if arch not in GPU_CLASSES:
+        raise BuildError(f"target {spec!r}: unknown GPU architecture {arch!r}; available: "
+                         f"{', '.join(GPU_CLASSES)}")
+    return GPU_CLASSES[arch]
+
+
+@functools.cache
+def host_gpu() -> HardwareParams:
+    """This host's GPU (device 0): its architecture, with the limits of the newest preset
+    not newer than it and its own SM count, L2 size and launch limits. NoDeviceError where
+    there is none."""
+    from .gpu import device_attributes
+    try:
+        a = device_attributes()
+    except NoDeviceError as e:
+        raise NoDeviceError(f"target 'cuda' is this machine's GPU, and {e}; name an architecture "
+                            f"(cuda:{', cuda:'.join(GPU_CLASSES)}) to compile for one without it") from None
+    arch = f"sm_{a['major']}{a['minor']}"
+    known = [k for k in GPU_CLASSES if int(k[3:]) <= a["major"] * 10 + a["minor"]]
+    if not known:
+        raise NoDeviceError(f"this host's GPU is {arch}, older than every architecture tlmir compiles for "
+                            f"({', '.join(GPU_CLASSES)})")
+    return dataclasses.replace(GPU_CLASSES[known[-1]], isa=arch, cores=a["sms"], l2_kb=a["l2_bytes"] // 1024,
+                               max_threads=a["max_threads"], max_regs=a["max_regs"],
+                               warp_size=a["warp_size"],
+                               max_shared_kb=min(48, a["max_shared_bytes"] // 1024))

@@ -10,6 +10,12 @@ Four passes over the stages, as in TVM's ScheduleOps:
    non-divisible splits (the simplifier drops those it can prove);
 4. nests: each stage's loops, attached stages emitted inside their attach loop,
    reductions initialised just outside their first reduction loop.
+
+GPU programs (thread-bound loops) follow TVM: a shared-scope stage's region spans every
+thread of the block (the thread and virtual-thread loops around its attach point are
+relaxed), its readers wait for it at a barrier and it waits for them before it is
+overwritten, a reduction loop bound to threadIdx.x becomes a cross-thread reduction
+(schedule.allreduce) and virtual threads are expanded (schedule.vthread).
 """
 from __future__ import annotations
 
@@ -20,11 +26,13 @@ from ..errors import LowerError, LoweringWarning, TlmirError
 from ..ir import arith
 from ..ir.expr import (Add, Const, Expr, Load, Max, Min, Reduce, TensorRead, Var, const, free_vars,
                        substitute, transform, walk)
-from ..ir.stmt import Allocate, Buffer, For, IfThenElse, PrimFunc, Seq, Stmt, Store, seq
+from ..ir.stmt import Allocate, Barrier, Buffer, For, IfThenElse, PrimFunc, Seq, Stmt, Store, seq
 from ..ir.tensor import Tensor
 from ..runtime.target import SearchParams
+from .allreduce import ReduceParts, cross_thread_reduction, thread_reduce_leaf
 from .relations import Split, derive_trip_counts
 from .schedule import Schedule, Stage
+from .vthread import inject_virtual_threads
 
 _COMBINE = {"sum": Add, "max": Max, "min": Min}
 
@@ -126,7 +134,7 @@ class _Lowerer:
             if st in self.args:
                 info.buffer = Buffer(st.name, st.op.shape, st.op.dtype)
             else:
-                info.buffer = Buffer(st.name, exts, st.op.dtype, st.scope)
+                info.buffer = Buffer(st.name, exts, st.op.dtype, self._scope(st))
         for st in self.args:
             if st.is_placeholder:
                 self.info[id(st)] = _Info(st, buffer=Buffer(st.name, st.op.shape, st.op.dtype),
@@ -152,6 +160,8 @@ class _Lowerer:
         for owner, vs in [(parent, parent.leaf_iter_vars[k + 1:])] + [(q, q.leaf_iter_vars) for q in scope]:
             dom = self.info[id(owner)].dom
             relax.update({v.var: (const(0), const(dom[id(v)] - 1)) for v in vs if id(v) in dom})
+        if self._scope(st) == "shared":
+            relax.update(self._block_threads(parent, k))
         los: list = [None] * len(st.op.shape)
         his: list = [None] * len(st.op.shape)
         for c in cons:
@@ -174,6 +184,38 @@ class _Lowerer:
                 mins.append(los[d])
                 exts.append(max(int(ext), 1))
         return mins, exts
+
+    def _scope(self, st: Stage) -> str:
+        """Where a stage's buffer lives: its own scope, or for a stage of the default
+        (global) scope computed inside a GPU kernel, as TVM infers it: local to a thread
+        inside a thread or virtual-thread loop, shared by the block inside only block loops."""
+        if st.scope != "global" or st.attach[0] != "at":
+            return st.scope
+        tags, owner = set(), st
+        while owner.attach[0] == "at":
+            _, parent, iv = owner.attach
+            leaves = parent.leaf_iter_vars
+            tags |= {parent.thread_tag.get(v, "") for v in leaves[:leaves.index(iv) + 1]}
+            owner = parent
+        if any(t.startswith("threadIdx") or t == "vthread" for t in tags):
+            return "local"
+        return "shared" if any(t.startswith("blockIdx") for t in tags) else "global"
+
+    def _block_threads(self, parent: Stage, k: int) -> dict:
+        """The thread and virtual-thread loops at or above `parent`'s k-th loop, up the
+        attach chain, each over its range: a shared buffer serves every thread of the block,
+        so its region is their union (TVM's NeedRelax for shared scope)."""
+        out, owner, last = {}, parent, k
+        while True:
+            dom = self.info[id(owner)].dom
+            for v in owner.leaf_iter_vars[:last + 1]:
+                tag = owner.thread_tag.get(v, "")
+                if (tag.startswith("threadIdx") or tag == "vthread") and id(v) in dom:
+                    out[v.var] = (const(0), const(dom[id(v)] - 1))
+            if owner.attach[0] != "at":
+                return out
+            _, owner, iv = owner.attach
+            last = owner.leaf_iter_vars.index(iv)
 
     def _inside(self, parent: Stage, k: int) -> list[Stage]:
         """Stages computed inside `parent`'s loop nest at or below its k-th loop."""
@@ -225,35 +267,46 @@ class _Lowerer:
             return Load(p.buffer, _flat(local, p.buffer.shape))
         return arith.simplify(transform(e, read), self.ranges)
 
+    def _reduce_parts(self, info: _Info) -> ReduceParts | None:
+        """A reduction stage's update as parts (None for an element-wise stage)."""
+        body = substitute(info.body, self._root_values(info))
+        if not isinstance(body, Reduce):
+            return None
+        st = info.stage
+        rvars = {v.var for v in st.leaf_iter_vars if v.kind == "reduce"}
+        idx = arith.simplify(_flat([info.value[id(a)] for a in st.op.axis], info.buffer.shape), self.ranges)
+        cond = None if body.condition is None else self._lower_expr(body.condition)
+        return ReduceParts(info.buffer, idx, _COMBINE[body.combiner], self._lower_expr(body.source), cond,
+                           body.identity(), info.guards, [g for g in info.guards if not (free_vars(g) & rvars)])
+
     def _stage_stmts(self, info: _Info) -> tuple[Stmt, Stmt | None]:
         """(update statement, reduction init statement or None)."""
-        st = info.stage
-        root = self._root_values(info)
-        idx = _flat([info.value[id(a)] for a in st.op.axis], info.buffer.shape)
-        idx = arith.simplify(idx, self.ranges)
-        body = substitute(info.body, root)
-        rvars = {v.var for v in st.leaf_iter_vars if v.kind == "reduce"}
-        init = None
-        if isinstance(body, Reduce):
-            src = self._lower_expr(body.source)
-            upd: Stmt = Store(info.buffer, idx, _COMBINE[body.combiner](Load(info.buffer, idx), src))
-            if body.condition is not None:
-                upd = IfThenElse(self._lower_expr(body.condition), upd)
-            init = Store(info.buffer, idx, body.identity())
-            init = _guard(init, [g for g in info.guards if not (free_vars(g) & rvars)])
-        else:
-            upd = Store(info.buffer, idx, self._lower_expr(body))
-        return _guard(upd, info.guards), init
+        parts = self._reduce_parts(info)
+        if parts is None:
+            st = info.stage
+            idx = arith.simplify(_flat([info.value[id(a)] for a in st.op.axis], info.buffer.shape), self.ranges)
+            body = substitute(info.body, self._root_values(info))
+            return _guard(Store(info.buffer, idx, self._lower_expr(body)), info.guards), None
+        upd: Stmt = Store(parts.buffer, parts.index, parts.combine(Load(parts.buffer, parts.index), parts.source))
+        if parts.condition is not None:
+            upd = IfThenElse(parts.condition, upd)
+        init = _guard(Store(parts.buffer, parts.index, parts.identity), parts.spatial_guards)
+        return _guard(upd, parts.guards), init
 
     def nest(self, st: Stage) -> Stmt:
         info = self.info[id(st)]
         update, init = self._stage_stmts(info)
         leaves = self._loop_order(st)
         r0 = next((k for k, v in enumerate(leaves) if v.kind == "reduce"), None)
+        cross = thread_reduce_leaf(st, leaves)
 
         def loops(pos: int) -> Stmt:
             if pos == len(leaves):
                 return update
+            if pos == r0 and cross is not None:
+                self._check_cross_thread(st, leaves, r0)
+                return cross_thread_reduction(self._reduce_parts(info), st.name, leaves[r0:], cross,
+                                              info.dom[id(cross)], lambda v, body: self._for(st, v, body))
             if pos == r0 and init is not None:
                 init_nest = init
                 for v in reversed([v for v in leaves[pos:] if v.kind != "reduce"]):
@@ -266,7 +319,10 @@ class _Lowerer:
             inner = loops(pos + 1)
             prods = self._attached(st, v)
             if prods:
-                inner = seq(*[self.nest(p) for p in prods], inner)
+                # shared buffers: the block waits for them to be filled, and for every
+                # reader to be done before the next iteration fills them again
+                sync = [Barrier()] if any(self._scope(p) == "shared" for p in prods) else []
+                inner = seq(*[self.nest(p) for p in prods], *sync, inner, *sync)
                 for p in reversed(prods):
                     inner = Allocate(self.info[id(p)].buffer, inner)
             return self._for(st, v, inner)
@@ -274,6 +330,22 @@ class _Lowerer:
         if not leaves:
             return update
         return loops(0)
+
+    def _check_cross_thread(self, st: Stage, leaves: list, r0: int) -> None:
+        """A cross-thread reduction runs once per block: its spatial loops are outside its
+        reduction loops and bound to blocks (or serial), and nothing is computed inside it."""
+        for v in leaves[:r0]:
+            tag = st.thread_tag.get(v, "")
+            if tag.startswith("threadIdx") or tag == "vthread":
+                raise LowerError(f"stage {st.name!r}: its reduction is bound to threadIdx.x (a cross-thread "
+                                 f"reduction), so its spatial loop {v.name!r} cannot be bound to {tag}")
+        for v in leaves[r0:]:
+            if v.kind != "reduce":
+                raise LowerError(f"stage {st.name!r}: its reduction is bound to threadIdx.x (a cross-thread "
+                                 f"reduction), so spatial loop {v.name!r} must come before its reduction loops")
+            if self._attached(st, v):
+                raise LowerError(f"stage {st.name!r}: {self._attached(st, v)[0].name!r} is computed inside "
+                                 f"its cross-thread reduction loop {v.name!r}; attach it outside")
 
     def _loop_order(self, st: Stage) -> list:
         """The stage's loops, outermost first. A vectorized loop with loops inside it is
@@ -312,7 +384,7 @@ class _Lowerer:
         self.inline()
         self.bounds()
         roots = [s for s in self.live if not s.is_placeholder and s.attach[0] == "root"]
-        body = seq(*[self.nest(s) for s in roots])
+        body = inject_virtual_threads(seq(*[self.nest(s) for s in roots]))
         for s in reversed(roots):
             if s not in self.args:
                 body = Allocate(self.info[id(s)].buffer, body)
@@ -320,8 +392,9 @@ class _Lowerer:
 
 
 def _elided(st: Stage, v, dom: dict) -> bool:
-    """Loops of extent 1 disappear (their variable is 0), except GPU thread bindings."""
-    return dom[id(v)] == 1 and st.iter_kind.get(v) != "thread_binding"
+    """Loops of extent 1 disappear (their variable is 0), except those bound to a block or
+    thread index (they set the launch shape); one virtual thread is no virtual thread."""
+    return dom[id(v)] == 1 and (st.iter_kind.get(v) != "thread_binding" or st.thread_tag.get(v) == "vthread")
 
 
 def _flat(indices: list, shape: tuple) -> Expr:

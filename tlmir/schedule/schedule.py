@@ -297,7 +297,7 @@ class Schedule:
         """A copy of `tensor` in `scope` that `readers` read instead of the original.
         `layout` permutes the copy's dimensions (its dimension d is the tensor's dimension
         layout[d]), e.g. (1, 0) packs an NxK weight as KxN so a loop over n reads it
-        contiguously; such a copy is named `T.pack`."""
+        contiguously; such a copy is named `T.pack` (a second copy of one scope: `T.shared_1`)."""
         src = self[tensor]
         if isinstance(tensor, str):
             tensor = src.op.output()
@@ -318,6 +318,8 @@ class Schedule:
         for d, p in enumerate(perm):
             where[p] = d
         name = f"{src.name}.{scope}" if layout is None else f"{src.name}.pack"
+        taken = {st.name for st in self.stages}
+        name = next(n for n in [name] + [f"{name}_{k}" for k in range(1, len(taken) + 2)] if n not in taken)
         op = ComputeOp(name, axes, TensorRead(tensor, [axes[where[p]].var for p in range(ndim)]))
         cache = op.output()
         for r in rstages:

@@ -301,7 +301,7 @@ class _Walker:
             if kind == "vectorized":
                 nested = any(isinstance(x, (S.For, S.Allocate, S.Barrier)) for x in S.walk_stmt(s.body))
             self.n_loops += 1
-            par = kind == "parallel"
+            par = kind in ("parallel", "thread_binding")  # a GPU thread or block loop: parallel too
             if par and not self.in_parallel:
                 self.par_regions += 1
             self.in_parallel += par

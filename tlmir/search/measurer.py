@@ -2,20 +2,26 @@
 
 The parent lowers (pure Python, cannot crash); the worker compiles, runs, verifies
 against the reference and times. A crash or hang costs that candidate only: the worker
-is restarted and the task's arrays are sent again.
+is restarted and the task's arrays are sent again. A GPU target is measured the same way:
+the worker holds the CUDA context, a kernel that faults is a failed trial and the worker
+rebuilds the context (codegen_cuda.driver), and one that takes the process down is a crash.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..build import reference_outputs
+from ..errors import NoDeviceError
 from ..ir.stmt import PrimFunc
+from ..runtime import gpu
 from ..runtime.measure import MeasureResult, measure_in_process
 from ..runtime.target import HardwareParams
 from ..runtime.task import Task
 from ..runtime.worker import Worker
 
 _TASK_ARRAYS: dict = {}  # worker side: task key -> (inputs, expected outputs)
+# what a worker imports before its first job, per target kind (its start-up, not a trial's)
+PRELOAD = {"cpu": ("numpy", "llvmlite", "tlmir.codegen_cpu"), "cuda": ("numpy", "tlmir.codegen_cuda")}
 
 
 def _load(key: str, inputs: list, expected: list) -> bool:
@@ -39,9 +45,17 @@ class Measurer:
 
     def __init__(self, timeout: float = 30.0, repeat: int = 5, num_threads: int | None = None,
                  hw: HardwareParams | None = None):
-        """`hw`: the target the programs are compiled for (default: this host)."""
+        """`hw`: the target the programs are compiled for (default: this host). A GPU target
+        needs a GPU here: NoDeviceError says so before any worker starts."""
         self.timeout, self.repeat, self.num_threads, self.hw = timeout, repeat, num_threads, hw
-        self.worker = Worker(preload=("numpy", "llvmlite", "tlmir.codegen_cpu"))
+        kind = hw.kind if hw is not None else "cpu"
+        if kind == "cuda":
+            try:
+                gpu.driver()
+            except NoDeviceError as e:
+                raise NoDeviceError(f"measuring programs for {hw.isa} needs a GPU and {e}; `tlmir tune --dry-run` "
+                                    f"compiles and checks the space without one") from None
+        self.worker = Worker(preload=PRELOAD[kind])
         self._loaded: str | None = None
         self._arrays: dict = {}
 

@@ -16,6 +16,7 @@ from ..runtime.records import CONFIRM, Record, RecordDB, best_of, confirmed_time
 from ..runtime.target import HardwareParams, SearchParams, host_hardware, parse_target
 from ..runtime.task import Task
 from ..schedule.decider import ReplayDecider, Trace
+from ..schedule.lower import lower
 from ..schedule.space import SearchSpace
 from .measurer import Measurer
 from .strategy import Candidate, make_candidate, make_strategy
@@ -43,9 +44,9 @@ class TuneResult:
         return self.space.replay(self.best_trace)
 
     def build(self):
-        """The best kernel found, compiled in this process."""
-        from ..build import build
-        return build(self.best_schedule(), self.task.args, name=kernel_name(self.task.name))
+        """The best kernel found, compiled in this process for the hardware it was tuned for."""
+        from ..runtime.backend import compile_func
+        return compile_func(lower(self.best_schedule(), self.task.args, kernel_name(self.task.name)), self.space.hw)
 
     def to_dict(self) -> dict:
         return {"name": self.task.name, "key": self.task.key, "flops": self.task.flops,

@@ -1,5 +1,6 @@
 """Derivation rules per target kind. SearchSpace asks the rule set of its Target's kind
-(`HardwareParams.kind`); a new kind (a GPU) adds its module here and one RULE_SETS entry.
+(`HardwareParams.kind`): Ansor's CPU rules (cpu.py) and GPU rules (gpu.py, kind "cuda");
+a new kind adds its module here and one RULE_SETS entry.
 
     rules = rule_set(hw.kind)
     sch = rules.build(outputs, rules.sketches(outputs, hw, sp)[0], decider, hw, sp)
@@ -9,10 +10,11 @@ from __future__ import annotations
 from ...errors import ScheduleError
 from .base import RuleSet, Sketch
 from .cpu import CPURules
+from .gpu import GPURules
 
 __all__ = ["RULE_SETS", "RuleSet", "Sketch", "question_keywords", "rule_set"]
 
-RULE_SETS: dict[str, RuleSet] = {"cpu": CPURules()}
+RULE_SETS: dict[str, RuleSet] = {"cpu": CPURules(), "cuda": GPURules()}
 
 
 def rule_set(kind: str) -> RuleSet:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from ...ir.dag import ComputeDAG
     from ...runtime.target import HardwareParams, SearchParams
     from ..decider import Decider
     from ..schedule import Schedule
@@ -37,3 +38,26 @@ class RuleSet(Protocol):
               sp: SearchParams) -> Schedule:
         """Apply `sketch`, asking `ask` every question."""
         ...
+
+
+def elementwise_consumer(dag: ComputeDAG, name: str, inlined: set) -> str | None:
+    """The single consumer (seen through inlined stages) that reads `name` element-wise
+    with the same shape, or None (Ansor's HasSingleElementwiseMatchedConsumer)."""
+    me = dag[name]
+    found: list[str] = []
+
+    def walk(producer: str) -> bool:
+        for c in dag[producer].consumers:
+            facts = dag[c]
+            acc = next(a for a in facts.reads if a.tensor == producer)
+            if not acc.simple or acc.missing_spatial or facts.op.shape != me.op.shape:
+                return False
+            if c in inlined:
+                if not walk(c):
+                    return False
+            elif c not in found:
+                found.append(c)
+        return True
+
+    ok = walk(name)
+    return found[0] if ok and len(found) == 1 else None

@@ -22,33 +22,10 @@ from ...runtime.target import HardwareParams, SearchParams
 from ..decider import Decider
 from ..packing import pack_layouts, pack_repeats
 from ..schedule import Schedule, Stage, create_schedule
-from .base import Sketch
+from .base import Sketch, elementwise_consumer
 
 
 # ------------------------------------------------------------------- sketch generation
-
-def _elementwise_consumer(dag: ComputeDAG, name: str, inlined: set) -> str | None:
-    """The single consumer (seen through inlined stages) that reads `name` element-wise
-    with the same shape, or None (Ansor's HasSingleElementwiseMatchedConsumer)."""
-    me = dag[name]
-    found: list[str] = []
-
-    def walk(producer: str) -> bool:
-        for c in dag[producer].consumers:
-            facts = dag[c]
-            acc = next(a for a in facts.reads if a.tensor == producer)
-            if not acc.simple or acc.missing_spatial or facts.op.shape != me.op.shape:
-                return False
-            if c in inlined:
-                if not walk(c):
-                    return False
-            elif c not in found:
-                found.append(c)
-        return True
-
-    ok = walk(name)
-    return found[0] if ok and len(found) == 1 else None
-
 
 def _needs_rfactor(facts, hw: HardwareParams, sp: SearchParams) -> bool:
     if facts.kind != "reduction":
@@ -104,7 +81,7 @@ def _stage_rules(dag, facts, inlined, done, hw, sp) -> list[tuple]:
     if _needs_rfactor(facts, hw, sp):
         out += [("rfactor", 0), ("rfactor", 1)]
     if facts.needs_multi_level_tiling:
-        consumer = _elementwise_consumer(dag, facts.name, inlined)
+        consumer = elementwise_consumer(dag, facts.name, inlined)
         fusable = consumer is not None and done.get(consumer) == "skip"
         if not fusable:
             out += [("cache_write", 1), ("cache_write", 2)]
@@ -150,7 +127,7 @@ class _Builder:
         return self.s
 
     def _consumer_of(self, name: str) -> str:
-        return _elementwise_consumer(self.dag, name, self.inlined)
+        return elementwise_consumer(self.dag, name, self.inlined)
 
     # --- structure
     def _split(self, st: Stage, iv, factors) -> list:
