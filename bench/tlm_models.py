@@ -3,14 +3,16 @@
     .venv/bin/python bench/tlm_models.py --ref evolutionary-1000 \
         evolutionary-1000=data/eval/evolutionary.jsonl.xz:1000 \
         tlm=data/eval/tlm@world-10.jsonl.xz:10 \
-        quality=runs/eval-q/tlm-10.db:10 [--rounds 3] [--json out.json]
+        quality=runs/eval-q/tlm-10.db:10 [--top 3] [--rounds 3] [--json out.json]
 
 `tlmir eval --phase report` re-times one program per framework, one after the other; to
 tell two language models apart whose TLM-10 differ by a few percent on a shared, noisy
-machine, this takes each run's best program per task (the fastest verified one among
-the run's first K measurements of the task, as the search timed it), builds and checks
-every one of them once, then times them in --rounds passes, the programs of a task
-alternating within a pass; each program's fastest pass counts. Printed: per task
+machine, this takes each run's --top fastest verified programs per task among the run's
+first K measurements of the task (as the search timed them: a measurement taken while
+the machine stalled can rank a program wrongly, so the best few are confirmed, as `tune`
+confirms its best before it reports), builds and checks every one of them once, then
+times them in --rounds passes, the programs of a task alternating within a pass. A
+run's time for a task is its fastest program's fastest pass. Printed: per task
 GFLOP/s, then per run Σ latency and the Σ / geometric-mean ratio against --ref
 (> 1: the run is faster). A run without a verified program of a task is left out of it.
 """
@@ -33,9 +35,9 @@ def parse_run(text: str) -> tuple[str, str, int]:
         raise argparse.ArgumentTypeError(f"a run is LABEL=PATH:K, got {text!r}") from None
 
 
-def best_programs(path: str, k: int, tasks: list, hw_key: str) -> dict[str, str]:
-    """task key -> trace of the fastest verified record among the task's first k (fewer
-    where the search stopped early: a space with fewer programs than k)."""
+def best_programs(path: str, k: int, tasks: list, hw_key: str, top: int) -> dict[str, list[str]]:
+    """task key -> traces of the `top` fastest verified records among the task's first k
+    (fewer where the search stopped early: a space with fewer programs than k)."""
     from tlmir.runtime.records import read_records
     by_task: dict[str, list] = {}
     for r in read_records([path]):
@@ -46,7 +48,7 @@ def best_programs(path: str, k: int, tasks: list, hw_key: str) -> dict[str, str]
         recs = by_task.get(t.key, [])[:k]
         ok = [r for r in recs if r.ok]
         if ok:
-            out[t.key] = min(ok, key=lambda r: r.best).trace
+            out[t.key] = [r.trace for r in sorted(ok, key=lambda r: r.best)[:top]]
     return out
 
 
@@ -55,6 +57,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs", nargs="+", type=parse_run, help="LABEL=PATH:K (records .db / .jsonl.xz)")
     p.add_argument("--ref", required=True, help="the label the ratios are against")
+    p.add_argument("--top", type=int, default=3, help="programs per run and task re-timed")
     p.add_argument("--rounds", type=int, default=3, help="alternating timing passes")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--json", help="write the per-task seconds here")
@@ -66,20 +69,20 @@ def main() -> None:
     if a.ref not in labels:
         p.error(f"--ref {a.ref!r} is not one of the runs {labels}")
     tasks = representative_tasks("held-out")
-    best = {label: best_programs(path, k, tasks, hw.key) for label, path, k in a.runs}
+    best = {label: best_programs(path, k, tasks, hw.key, a.top) for label, path, k in a.runs}
     rows = []
     for task in tasks:
-        timers = {label: program_timer(task, best[label][task.key]) for label in labels
-                  if task.key in best[label]}
-        secs = {label: math.inf for label in timers}
+        timers = [(label, program_timer(task, trace)) for label in labels
+                  for trace in best[label].get(task.key, [])]
+        secs = {label: math.inf for label, _ in timers}
         for _ in range(a.rounds):
-            for label, timer in timers.items():
+            for label, timer in timers:
                 secs[label] = min(secs[label], timer(a.threads))
         rows.append({"task": task.name, "flops": task.flops, "seconds": secs})
         print(f"{task.name:<56}" + "".join(f" {lab} {task.flops / s / 1e9:7.1f}" for lab, s in secs.items()),
               flush=True)
-    print(f"\n{len(tasks)} held-out tasks, {a.threads} threads, {hw.key}; GFLOP/s above, best of "
-          f"{a.rounds} alternating passes")
+    print(f"\n{len(tasks)} held-out tasks, {a.threads} threads, {hw.key}; GFLOP/s above: each run's "
+          f"{a.top} best programs, best of {a.rounds} alternating passes")
     for label in labels:
         both = [r["seconds"] for r in rows if label in r["seconds"] and a.ref in r["seconds"]]
         total = sum(s[label] for s in both)

@@ -10,7 +10,9 @@ from tlmir.errors import LanguageError, ModelError
 from tlmir.lm.generate import Generator, Sampling
 from tlmir.lm.language import QUALITY, parse_sentence, prefix_words, trace_to_sentence
 from tlmir.lm.quality import prompt_tier, quality_config, quality_sentences, tier, tier_counts
-from tlmir.lm.registry import BASE_MODEL, load_model
+from tlmir.lm.checkpoint import save_checkpoint
+from tlmir.lm.model import GPT, GPTConfig
+from tlmir.lm.registry import BASE_MODEL, TOKENIZER_FILE, load_model
 from tlmir.lm.sft import answer_nll, sft
 from tlmir.runtime.records import Record
 from tlmir.runtime.target import host_hardware
@@ -94,16 +96,20 @@ def test_conditioned_sft_learns_what_each_tier_looks_like(tmp_path):
     other way round; generation asks for the tier the config names."""
     task = Task.from_op(ops.dense(32, 48, 64, bias=True, act="gelu"))
     _, tok, _ = load_model(BASE_MODEL)
-    traces = [t for t in _traces(task, 60, seed=1)
+    torch.manual_seed(0)  # a small base with the shipped vocabulary: it learns in seconds
+    save_checkpoint(GPT(GPTConfig(vocab_size=tok.vocab_size, n_layer=2, n_head=2, n_embd=32, block_size=384)),
+                    str(tmp_path / "base"))
+    tok.save(str(tmp_path / "base" / TOKENIZER_FILE))
+    traces = [t for t in _traces(task, 24, seed=1)
               if not tok.unknown_decisions(trace_to_sentence(task, HW, t))]
     sketches = sorted({t.sketch for t in traces})
-    a = [t for t in traces if t.sketch == sketches[0]][:4]
-    b = [t for t in traces if t.sketch == sketches[-1]][:4]
-    assert len(a) == len(b) == 4 and sketches[0] != sketches[-1]
+    a = [t for t in traces if t.sketch == sketches[0]][:2]
+    b = [t for t in traces if t.sketch == sketches[-1]][:2]
+    assert len(a) == len(b) == 2 and sketches[0] != sketches[-1]
     demos = ([trace_to_sentence(task, HW, t, quality=0) for t in a]
              + [trace_to_sentence(task, HW, t, quality=3) for t in b])
     logs = []
-    stats = sft(BASE_MODEL, demos, str(tmp_path / "q"), epochs=60, batch_size=8, lr=2e-3,
+    stats = sft(str(tmp_path / "base"), demos, str(tmp_path / "q"), epochs=300, batch_size=4, lr=3e-3,
                 quality=quality_config(), log=logs.append)
     assert stats["completed"] and any("vocabulary grown by ['quality']" in line for line in logs)
     assert not (tmp_path / "q.init").exists()
@@ -117,10 +123,33 @@ def test_conditioned_sft_learns_what_each_tier_looks_like(tmp_path):
 
     first, last = sketches[0], sketches[-1]
     assert p_sketch(first, 0) > 2 * p_sketch(first, 3) and p_sketch(last, 3) > 2 * p_sketch(last, 0)
-    assert answer_nll(model, qtok, demos) < 0.8 * answer_nll(model, qtok, [d.replace("quality 0", "quality 3")
-                                                                              for d in demos[:4]] + [
-        d.replace("quality 3", "quality 0") for d in demos[4:]])
+    swapped = [d.replace("quality 0", "quality 3") for d in demos[:2]] + [
+        d.replace("quality 3", "quality 0") for d in demos[2:]]
+    assert answer_nll(model, qtok, demos) < 0.8 * answer_nll(model, qtok, swapped)
     gen = Generator(model, qtok, HW, Sampling(1.0), seed=0, quality=prompt_tier(meta))
     out = gen.generate(task, 8, 8)
     assert all(g.trace is not None for g in out)
     assert sum(g.trace.sketch == first for g in out) > sum(g.trace.sketch == last for g in out)
+    # fine-tuned again (on its tier-0 programs, say), a conditioned model stays conditioned
+    sft(str(tmp_path / "q"), demos[:2], str(tmp_path / "q2"), epochs=1, batch_size=2, log=None)
+    again, tok2, meta2 = load_model(str(tmp_path / "q2"))
+    assert prompt_tier(meta2) == 0 and tok2.vocab_size == qtok.vocab_size
+
+
+def test_iterate_fine_tunes_on_every_measured_program_with_quality(tmp_path):
+    from tlmir.errors import TlmirError
+    from tlmir.lm.iterate import IterateConfig, Iteration
+    task = Task.from_op(ops.matmul(16, 16, 16))
+    traces = _traces(task, 6)
+    it = Iteration(str(tmp_path), "base", [task], IterateConfig(sft_data="quality", last_tier_share=1.0), log=None)
+    for t, s in zip(traces, (1.0, 1.3, 2.0, 4.0, 5.0, 8.0)):
+        it.db.append(Record(task.key, task.name, HW.key, t.to_json(), [s], strategy="iterate"))
+    sentences, quality = it.training_sentences()
+    assert quality == quality_config() and len(sentences) == 6
+    assert [parse_sentence(s)[0][-1] for s in sentences] == ["0", "1", "2", "3", "3", "3"]
+    best = Iteration(str(tmp_path / "best"), "base", [task], IterateConfig(), log=None)
+    best.db.append(Record(task.key, task.name, HW.key, traces[0].to_json(), [1.0], strategy="iterate"))
+    sentences, quality = best.training_sentences()
+    assert quality is None and len(sentences) == 1 and QUALITY not in sentences[0].split()
+    with pytest.raises(TlmirError, match="sft_data"):
+        Iteration(str(tmp_path / "bad"), "base", [task], IterateConfig(sft_data="all"), log=None)

@@ -114,7 +114,7 @@ def cmd_iterate(args) -> None:
         tasks = kept + [t for t in tasks if task_type(t) not in types and t.key not in held]
     cfg = IterateConfig(rounds=args.rounds, per_task=args.per_task, batches=args.batches,
                         sft_epochs=args.sft_epochs, rank_per_slot=args.rank_per_slot,
-                        explore=args.explore, seed=args.seed)
+                        explore=args.explore, sft_data=args.sft_data, seed=args.seed)
     res = Iteration(args.out, args.model, tasks, cfg, archive=args.archive).run()
     last = res["curve"][-1]
     print(f"final model {res['out']} (from {res['final_model']}); normalized latency "
@@ -270,6 +270,9 @@ def add_parsers(sub) -> None:
                                       "(records.jsonl.xz) and progress after every round; a new "
                                       "machine's run resumes from it")
     it.add_argument("--sft-epochs", type=positive_float, default=8.0, help="fine-tuning passes per round")
+    it.add_argument("--sft-data", choices=("best", "quality"), default="best",
+                    help="fine-tune on the best programs (demonstrations) or on every measured program "
+                         "with its quality tier in the prompt")
     it.add_argument("--rank-per-slot", type=positive_int, default=4,
                     help="programs the model writes per program measured; the world-model evaluator "
                          "picks which are measured (1: measured as written)")

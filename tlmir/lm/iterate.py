@@ -70,6 +70,9 @@ class IterateConfig:
     temperature: float = 1.0
     rank_per_slot: int = 4     # programs written per program measured; > 1: the evaluator picks
     explore: int = 4           # ranked: measured programs drawn at random from the written rest
+    sft_data: str = "best"     # "best": demonstrations; "quality": every measured program with
+                               # its quality tier in the prompt (tlmir.lm.quality)
+    last_tier_share: float = 0.35  # "quality": share of the slowest tier kept
     seed: int = 0
 
 
@@ -118,7 +121,8 @@ def sft_finished(directory: str) -> bool:
     return bool(train) and train.get("step", 0) >= train.get("steps", 1)
 
 
-def _sft_process(base: str, sentences: list, out_dir: str, cfg: dict, log_path: str) -> None:
+def _sft_process(base: str, sentences: list, out_dir: str, cfg: dict, log_path: str,
+                 quality: dict | None = None) -> None:
     """Entry point of the fine-tuning process (lowest CPU priority, one thread)."""
     from .registry import passive_openmp
     passive_openmp()
@@ -132,7 +136,7 @@ def _sft_process(base: str, sentences: list, out_dir: str, cfg: dict, log_path: 
             fh.write(msg + "\n")
             fh.flush()
         sft(base, sentences, out_dir, epochs=cfg["sft_epochs"], batch_size=cfg["sft_batch_size"],
-            lr=cfg["sft_lr"], seed=cfg["seed"], threads=1, log=log)
+            lr=cfg["sft_lr"], seed=cfg["seed"], threads=1, log=log, quality=quality)
 
 
 class Iteration:
@@ -148,6 +152,8 @@ class Iteration:
             raise TlmirError("iterate needs rounds, per_task, batches and rank_per_slot >= 1")
         if self.cfg.explore < 0:
             raise TlmirError("iterate needs explore >= 0")
+        if self.cfg.sft_data not in ("best", "quality"):
+            raise TlmirError(f"iterate's sft_data must be 'best' or 'quality', got {self.cfg.sft_data!r}")
         if not tasks:
             raise TlmirError("iterate needs at least one task")
         self.tasks = {t.key: t for t in tasks}
@@ -266,22 +272,37 @@ class Iteration:
                                 "sentence": trace_to_sentence(task, self.hw, Trace.from_json(trace))})
         return out
 
-    def _start_sft(self, rnd: int) -> None:
+    def training_sentences(self) -> tuple[list[str], dict | None]:
+        """(sentences, quality config) the next fine-tuning learns from: the demonstrations
+        (also written to demonstrations.jsonl), or with sft_data "quality" every measured
+        program with its tier."""
+        if self.cfg.sft_data == "quality":
+            from .quality import quality_config, quality_sentences
+            quality = quality_config()
+            rows = quality_sentences(self.db.records(hw_key=self.hw.key, ok_only=True),
+                                     list(self.tasks.values()), self.hw, quality["bounds"],
+                                     self.cfg.last_tier_share, self.cfg.seed)
+            return [r["sentence"] for r in rows], quality
         demos = self.demonstrations()
-        if not demos:
+        if demos:
+            atomic_write_text(os.path.join(self.out, "demonstrations.jsonl"),
+                              "".join(json.dumps(d) + "\n" for d in demos))
+        return [d["sentence"] for d in demos], None
+
+    def _start_sft(self, rnd: int) -> None:
+        sentences, quality = self.training_sentences()
+        if not sentences:
             return
-        atomic_write_text(os.path.join(self.out, "demonstrations.jsonl"),
-                          "".join(json.dumps(d) + "\n" for d in demos))
-        sentences = [d["sentence"] for d in demos]
         if os.path.isdir(self._sft_dir(rnd)):
             shutil.rmtree(self._sft_dir(rnd))  # unfinished, from a killed run: start it over
         ctx = mp.get_context("spawn")
         proc = ctx.Process(target=_sft_process, daemon=True,
                            args=(self.base, sentences, self._sft_dir(rnd), asdict(self.cfg),
-                                 os.path.join(self.out, "sft.log")))
+                                 os.path.join(self.out, "sft.log"), quality))
         proc.start()
         self._sft = (proc, rnd)
-        self.log(f"[iterate] fine-tuning on {len(demos)} demonstrations -> {self._sft_dir(rnd)} "
+        what = "programs with their quality" if quality else "demonstrations"
+        self.log(f"[iterate] fine-tuning on {len(sentences)} {what} -> {self._sft_dir(rnd)} "
                  f"(pid {proc.pid}, in the background)")
 
     def _sft_running(self) -> bool:

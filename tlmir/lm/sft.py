@@ -88,11 +88,13 @@ def sft(base_dir: str, sentences: Sequence[str], out_dir: str, epochs: float = 4
     Structural words the base's vocabulary lacks (`quality`, for a model pre-trained
     before the quality prompt existed) are appended to the copy's vocabulary, each with
     a new embedding row (`GPT.grow_vocab`). `quality` (tlmir.lm.quality.quality_config)
-    is stored in the model's config.json: the tier its prompts ask for."""
+    is stored in the model's config.json: the tier its prompts ask for (by default the
+    base's own, if it is conditioned)."""
     from .checkpoint import load_checkpoint, save_checkpoint
     from .train import pretrain
     tok = Tokenizer.load(os.path.join(base_dir, TOKENIZER_FILE))
-    base, _ = load_checkpoint(base_dir, expect_vocab_size=tok.vocab_size)
+    base, base_meta = load_checkpoint(base_dir, expect_vocab_size=tok.vocab_size)
+    quality = quality if quality is not None else base_meta.get("quality")  # a conditioned base stays so
     if not sentences:
         raise ModelError(f"SFT into {out_dir}: no demonstration sentences")
     grow = tok.covers([w for w in STRUCTURAL_WORDS if w in _prompt_words(sentences)])
