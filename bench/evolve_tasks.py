@@ -1,0 +1,55 @@
+"""Evolutionary search on the training tasks of an iterate run whose names match a pattern,
+into one records database: fresh measurements where the iterate records have gone stale.
+
+    .venv/bin/python bench/evolve_tasks.py --match '_s2_' --db runs/evo-s2.db \
+        --archive data/stride2/evolutionary.jsonl.xz [--trials 64] [--iterate runs/iterate]
+
+Why: a code generator change can move which programs are fastest. Shuffled strided loads
+made stride-2 convolutions vectorized along the strided axis 1.6-4.8x faster, but the
+iterate records (and so the TLM's demonstrations) were measured when those were gathers;
+the model learned to avoid them. Evolutionary search re-explores each task under today's
+code generator; its records join the demonstrations like the iterate run's own
+(`tlmir train sft --records`, or imported into the iterate run's database).
+
+Tasks run smallest first, each to --trials measurements; a rerun resumes from the
+database. With --archive the database is exported after every task (kept in the repository).
+"""
+from __future__ import annotations
+
+import argparse
+import re
+
+from tlmir.lm.registry import passive_openmp
+
+
+def main() -> None:
+    passive_openmp()
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--match", required=True, help="regular expression on task names")
+    p.add_argument("--db", required=True, help="records database (resumes)")
+    p.add_argument("--archive", help="export the database here (.jsonl.xz) after every task")
+    p.add_argument("--trials", type=int, default=64)
+    p.add_argument("--iterate", default="runs/iterate", help="the iterate run whose tasks are searched")
+    p.add_argument("--archive-of-iterate", default="data/iterate",
+                   help="where the iterate run's task list is read when --iterate has none")
+    a = p.parse_args()
+    from tlmir.lm.iterate import running_tasks
+    from tlmir.runtime.records import RecordDB, export_jsonl
+    from tlmir.search.tune import tune
+    from tlmir.workloads import split_tasks
+    keys = set(running_tasks(a.iterate, a.archive_of_iterate))
+    pattern = re.compile(a.match)
+    tasks = sorted((t for t in split_tasks("train") if t.key in keys and pattern.search(t.name)),
+                   key=lambda t: (t.flops, t.key))
+    print(f"{len(tasks)} tasks match {a.match!r}", flush=True)
+    with RecordDB(a.db) as db:
+        for i, task in enumerate(tasks):
+            res = tune(task, trials=a.trials, strategy="evolutionary", db=db, progress=False)
+            print(f"[{i + 1}/{len(tasks)}] {task.name}: {res.measurements} measured, best "
+                  f"{task.flops / res.best_seconds / 1e9:.1f} GFLOP/s", flush=True)
+            if a.archive:
+                export_jsonl(db, a.archive)
+
+
+if __name__ == "__main__":
+    main()
