@@ -143,7 +143,7 @@ def test_transformers_sdpa_attention_runs_on_tlmir(spec):
     names = _names(imported)
     assert f"softmax_{heads * 16}x16" in names, names
     assert sum(w for t, w in imported.tasks() if t.name.startswith("batch_matmul")) == 2 * 2  # 2 layers
-    assert set(imported.fallbacks()) <= {"fallback:embedding", "fallback:_assert_tensor_metadata"}
+    assert imported.fallbacks() == {"fallback:embedding": 1}     # export's assertions dropped
     cm = frontend.compile(imported, None, strategy=None)
     with torch.no_grad():
         ref = model(*inputs).last_hidden_state

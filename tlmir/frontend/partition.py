@@ -1,6 +1,6 @@
 """Fusion: the ATen graph cut into tlmir subgraphs, as TVM's Relay fusion cuts a model.
 
-An anchor op (conv, linear, matmul, softmax, layer_norm, pooling) takes the epilogue its
+An anchor op (conv, linear, addmm, matmul, softmax, layer_norm, pooling) takes the epilogue its
 tlmir op can compute (a folded BatchNorm, a bias, ReLU / ReLU6 / GELU / tanh); chains of
 element-wise ops become one fused stage. Each subgraph maps to a `tlmir.ops` definition
 (or a `te` one for element-wise chains) and becomes a task of a `Net`, so identical
@@ -255,6 +255,28 @@ class _Cutter:
         self.emit(ops.dense(M, N, K, bias=bias is not None, act=act), nodes, operands, nodes[-1])
         return True
 
+    def addmm(self, n: fx.Node) -> bool:
+        """beta * b + alpha * (x @ W) with W [K, N] a constant (transformers' Conv1D, as in
+        GPT-2): a dense whose weight, W transposed to nn.Linear's [N, K], and bias are
+        prepared once here, alpha and beta folded into them."""
+        b, x, w = n.args[:3]
+        alpha, beta = float(n.kwargs.get("alpha", 1)), float(n.kwargs.get("beta", 1))
+        weight, bias = self.const(w), self.const(b)
+        (M, K), N = self.shape(x), self.shape(n)[1]
+        if weight is None or bias is None or bias.numel() != N or bias.shape[-1:] != (N,):
+            return False              # a graph-valued weight, or a bias of every row: PyTorch
+        w_nk = (weight.double().t() * alpha).float().contiguous()
+        nodes, act = [n], None
+        u = self.only_user(n, {"relu", "gelu"})
+        if u is not None and u.kwargs.get("approximate", "none") == "none":
+            nodes.append(u)
+            act = op_name(u)
+        operands = [Operand((M, K), node=x), Operand((N, K), const=w_nk)]
+        if beta != 0:
+            operands.append(Operand((N,), const=(bias.double().reshape(N) * beta).float().contiguous()))
+        self.emit(ops.dense(M, N, K, bias=beta != 0, act=act), nodes, operands, nodes[-1])
+        return True
+
     def matmul(self, n: fx.Node) -> bool:
         a, b = n.args[:2]
         sa, sb = self.shape(a), self.shape(b)
@@ -495,7 +517,7 @@ class _Cutter:
 
     def run(self) -> Partition:
         anchors = {"conv2d": self.conv, "convolution": self.conv, "conv_transpose2d": self.conv,
-                   "linear": self.linear, "matmul": self.matmul, "bmm": self.matmul,
+                   "linear": self.linear, "addmm": self.addmm, "matmul": self.matmul, "bmm": self.matmul,
                    "mm": self.matmul, "softmax": self.softmax, "_softmax": self.softmax,
                    "_safe_softmax": self.softmax,
                    "layer_norm": self.norm, "rms_norm": self.norm,
