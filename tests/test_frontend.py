@@ -94,7 +94,9 @@ def test_attention_block():
     m, x = Attention().eval(), torch.randn(2, 16, 32)
     imported = frontend.import_model(m, (x,))
     names = _names(imported)
-    for want in ("layernorm_32x32_eps1e-05", "dense_bias_m32_n96_k32", "batch_matmul_b8_m16_n16_k8",
+    assert len(imported.part.subgraphs) == 8      # Q·Kᵀ takes the / sqrt(d) as its epilogue
+    assert not any(n.startswith("ewise") for n in names)
+    for want in ("layernorm_32x32_eps1e-05", "dense_bias_m32_n96_k32", "batch_matmul_scale_b8_m16_n16_k8",
                  "softmax_128x16", "batch_matmul_b8_m16_n8_k16", "dense_bias_gelu_m32_n64_k32"):
         assert want in names, names
     cm = frontend.compile(imported, None, strategy=None)
