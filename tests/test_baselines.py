@@ -19,6 +19,8 @@ EXTRA = [
     ("dense", dict(M=5, N=7, K=9)),
     ("dense", dict(M=6, N=10, K=12, bias=True, act="relu")),
     ("dense", dict(M=6, N=10, K=12, act="gelu")),
+    ("batch_matmul", dict(B=6, M=3, N=4, K=5, scale=0.5, mask=2)),
+    ("batch_matmul", dict(B=4, M=3, N=4, K=5, mask=1)),
     ("conv2d_nchw", dict(N=2, C=6, H=11, W=9, K=4, R=3, S=2, stride=(2, 1), padding=(1, 0),
                          dilation=(1, 2), groups=2)),
     ("conv2d_nhwc", dict(N=2, C=4, H=8, W=7, K=6, R=3, S=3, stride=1, padding=2, dilation=2,

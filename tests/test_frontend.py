@@ -94,7 +94,9 @@ def test_attention_block():
     m, x = Attention().eval(), torch.randn(2, 16, 32)
     imported = frontend.import_model(m, (x,))
     names = _names(imported)
-    for want in ("layernorm_32x32_eps1e-05", "dense_bias_m32_n96_k32", "batch_matmul_b8_m16_n16_k8",
+    assert len(imported.part.subgraphs) == 8      # Q·Kᵀ takes the / sqrt(d) as its epilogue
+    assert not any(n.startswith("ewise") for n in names)
+    for want in ("layernorm_32x32_eps1e-05", "dense_bias_m32_n96_k32", "batch_matmul_scale_b8_m16_n16_k8",
                  "softmax_128x16", "batch_matmul_b8_m16_n8_k16", "dense_bias_gelu_m32_n64_k32"):
         assert want in names, names
     cm = frontend.compile(imported, None, strategy=None)
@@ -224,3 +226,53 @@ def test_whole_tensor_reductions_fall_back_instead_of_failing():
     cm = frontend.compile(m, (x,), strategy=None)
     _close(cm(x), m(x))
     assert cm.fallback_ops() == {"mean": 1, "sum": 1, "add": 1}
+
+
+class Conv1D(nn.Module):
+    """transformers' Conv1D (GPT-2): addmm(b, x, W) with W [in, out], then GELU."""
+    def __init__(self, nx=24, nf=40, alpha=1.0, beta=1.0):
+        super().__init__()
+        self.w, self.b = nn.Parameter(torch.randn(nx, nf)), nn.Parameter(torch.randn(nf))
+        self.alpha, self.beta = alpha, beta
+
+    def forward(self, x):
+        y = torch.addmm(self.b, x.view(-1, x.shape[-1]), self.w, alpha=self.alpha, beta=self.beta)
+        return F.gelu(y).view(*x.shape[:-1], -1)
+
+
+def test_addmm_is_a_dense_with_its_weight_transposed_once():
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 24)
+    for m, want in ((Conv1D(), "dense_bias_gelu_m6_n40_k24"),
+                    (Conv1D(alpha=0.5, beta=2.0), "dense_bias_gelu_m6_n40_k24"),
+                    (Conv1D(beta=0.0), "dense_gelu_m6_n40_k24")):
+        imported = frontend.import_model(m.eval(), (x,))
+        assert _names(imported) == [want] and imported.fallbacks() == {}
+        cm = frontend.compile(imported, None, strategy=None)
+        _close(cm(x), m(x).detach())
+
+
+def test_addmm_of_two_graph_values_falls_back_by_name():
+    class Two(nn.Module):
+        def forward(self, b, x, w):
+            return torch.addmm(b, x, w)
+
+    args = (torch.randn(5), torch.randn(3, 4), torch.randn(4, 5))
+    cm = frontend.compile(Two(), args, strategy=None)
+    assert cm.fallback_ops() == {"addmm": 1}
+    _close(cm(*args), Two()(*args))
+
+
+def test_transformers_gpt2_maps_addmm_and_drops_assertions():
+    """GPT-2's Conv1D layers (addmm) are dense tasks; export's `_assert_tensor_metadata`
+    checks are dropped at capture: only the embedding gather stays in PyTorch."""
+    pytest.importorskip("transformers")
+    from tlmir.frontend.models import load
+    model, (ids,), name = load("transformers:gpt2-tiny", "1,16")
+    imported = frontend.import_model(model, (ids,), name)
+    assert imported.fallbacks() == {"fallback:embedding": 1}
+    assert "dense_bias_m16_n192_k64" in _names(imported)   # the qkv projection
+    cm = frontend.compile(imported, None, strategy=None)
+    with torch.no_grad():
+        ref = model(ids).last_hidden_state
+    _close(cm(ids).last_hidden_state, ref)

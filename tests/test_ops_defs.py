@@ -188,6 +188,8 @@ def test_registry_and_errors():
         ops.make("conv2d_nchw", N=1, C=3, H=2, W=5, K=4, R=3, S=3)
     with pytest.raises(DefinitionError, match="act"):
         ops.make("dense", M=2, N=2, K=2, act="tanh")
+    with pytest.raises(DefinitionError, match="batch_matmul: mask=4 masks must divide B=6"):
+        ops.make("batch_matmul", B=6, M=2, N=2, K=2, mask=4)
     with pytest.raises(DefinitionError, match="padding"):
         ops.make("max_pool2d", N=1, C=1, H=6, W=6, kernel=2, padding=2)
     with pytest.raises(DefinitionError, match="M"):

@@ -6,7 +6,7 @@ ATen node. Capture decomposes each call it can compute (`DECOMPOSITIONS`, given 
 scale, plus one additive mask (a boolean mask is 0 where True and -inf where False;
 `is_causal` adds -inf above the diagonal, top-left aligned), softmax over the keys, ·V (a
 matmul). The partitioner then maps these as it maps eager attention: two `batch_matmul`
-tasks, one element-wise stage for scale and mask, a softmax. Masks that are constants
+tasks, the first taking the scale and mask as its epilogue, and a softmax. Masks that are constants
 (the usual case: built from shapes) are folded at capture.
 
 With an attention mask a row can be masked whole; SDPA gives that row zeros, not NaN, so

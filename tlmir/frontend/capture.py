@@ -5,6 +5,7 @@ ops become out-of-place) without breaking the ops tlmir maps (conv2d, linear, la
 softmax, matmul stay whole), and decomposes scaled_dot_product_attention into them
 (`attention.DECOMPOSITIONS`). Parameters and buffers become constants, frozen at capture
 time (as Inductor's `freezing`); nodes whose inputs are all constants are folded.
+Export's assertion nodes (`_assert_tensor_metadata` and the like) are dropped.
 """
 from __future__ import annotations
 
@@ -118,6 +119,7 @@ def _finish(gm: fx.GraphModule, inputs: list, constants: dict, out_spec) -> Grap
                                 f"static shapes (torch.compile(..., dynamic=False))")
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     flat = list(pytree.tree_leaves(out_node.args[0]))
+    _drop_assertions(gm)
     _fold_constants(gm, constants)
     outputs, const_outputs = [], {}
     for i, o in enumerate(flat):
@@ -138,6 +140,18 @@ def _finish(gm: fx.GraphModule, inputs: list, constants: dict, out_spec) -> Grap
             raise FrontendError(f"import: {n.name} ({op_name(n)}) has dynamic shape "
                                 f"{tuple(val.shape)}; tlmir compiles static shapes")
     return graph
+
+
+ASSERTIONS = {"_assert_tensor_metadata", "_assert_async", "_assert_scalar", "sym_constrain_range",
+              "sym_constrain_range_for_size"}
+
+
+def _drop_assertions(gm: fx.GraphModule) -> None:
+    """Erase export's runtime checks (dtype / shape metadata, constraints on sizes): they
+    compute nothing, and a compiled model checks its inputs' shapes and dtypes itself."""
+    for n in reversed(list(gm.graph.nodes)):
+        if n.op == "call_function" and op_name(n) in ASSERTIONS and not n.users:
+            gm.graph.erase_node(n)
 
 
 RANDOM_OPS = {"rand", "randn", "randint", "randperm", "rand_like", "randn_like", "bernoulli",

@@ -23,7 +23,7 @@ def add_parsers(sub) -> None:
                     help="zoo:NAME (resnet18/34/50/101, resnext50_32x4d, wide_resnet50_2, "
                          "mobilenet_v2, vgg11/16, vgg16_bn, densenet121, inception_v3, squeezenet1_1, "
                          "dcgan_generator, llama_decoder_layer) or transformers:NAME (bert-base, "
-                         "bert-large, bert-tiny, gpt2, llama-7b-layer, llama-tiny), random weights")
+                         "bert-large, bert-tiny, gpt2, gpt2-tiny, llama-7b-layer, llama-tiny), random weights")
     im.add_argument("--input", required=True, metavar="SHAPE",
                     help="input shape: 1,3,224,224 for an image model, batch,seq for transformers")
     im.add_argument("--json", action="store_true", help="print one JSON object")

@@ -31,6 +31,7 @@ TRANSFORMERS: dict[str, Callable] = {
     "bert-tiny": lambda: _built("Bert", **_BERT, hidden_size=128, num_hidden_layers=2,
                                 num_attention_heads=2, intermediate_size=512),
     "gpt2": lambda: _built("GPT2"),
+    "gpt2-tiny": lambda: _built("GPT2", n_embd=64, n_layer=2, n_head=4, n_positions=64, vocab_size=256),
     "llama-7b-layer": lambda: _built("Llama", hidden_size=4096, intermediate_size=11008,
                                      num_hidden_layers=1, num_attention_heads=32,
                                      num_key_value_heads=32, vocab_size=32000),

@@ -1,8 +1,9 @@
 """Fusion: the ATen graph cut into tlmir subgraphs, as TVM's Relay fusion cuts a model.
 
-An anchor op (conv, linear, matmul, softmax, layer_norm, pooling) takes the epilogue its
-tlmir op can compute (a folded BatchNorm, a bias, ReLU / ReLU6 / GELU / tanh); chains of
-element-wise ops become one fused stage. Each subgraph maps to a `tlmir.ops` definition
+An anchor op (conv, linear, addmm, matmul, softmax, layer_norm, pooling) takes the
+epilogue its tlmir op can compute (a folded BatchNorm, a bias, ReLU / ReLU6 / GELU / tanh,
+attention's scale and mask after a batch matmul); chains of element-wise ops become one
+fused stage. Each subgraph maps to a `tlmir.ops` definition
 (or a `te` one for element-wise chains) and becomes a task of a `Net`, so identical
 subgraphs share one task. Views and copies run in PyTorch ("layout"), as does any op
 without a mapping ("fallback"), which the report names.
@@ -255,6 +256,28 @@ class _Cutter:
         self.emit(ops.dense(M, N, K, bias=bias is not None, act=act), nodes, operands, nodes[-1])
         return True
 
+    def addmm(self, n: fx.Node) -> bool:
+        """beta * b + alpha * (x @ W) with W [K, N] a constant (transformers' Conv1D, as in
+        GPT-2): a dense whose weight, W transposed to nn.Linear's [N, K], and bias are
+        prepared once here, alpha and beta folded into them."""
+        b, x, w = n.args[:3]
+        alpha, beta = float(n.kwargs.get("alpha", 1)), float(n.kwargs.get("beta", 1))
+        weight, bias = self.const(w), self.const(b)
+        (M, K), N = self.shape(x), self.shape(n)[1]
+        if weight is None or bias is None or bias.numel() != N or bias.shape[-1:] != (N,):
+            return False              # a graph-valued weight, or a bias of every row: PyTorch
+        w_nk = (weight.double().t() * alpha).float().contiguous()
+        nodes, act = [n], None
+        u = self.only_user(n, {"relu", "gelu"})
+        if u is not None and u.kwargs.get("approximate", "none") == "none":
+            nodes.append(u)
+            act = op_name(u)
+        operands = [Operand((M, K), node=x), Operand((N, K), const=w_nk)]
+        if beta != 0:
+            operands.append(Operand((N,), const=(bias.double().reshape(N) * beta).float().contiguous()))
+        self.emit(ops.dense(M, N, K, bias=beta != 0, act=act), nodes, operands, nodes[-1])
+        return True
+
     def matmul(self, n: fx.Node) -> bool:
         a, b = n.args[:2]
         sa, sb = self.shape(a), self.shape(b)
@@ -274,9 +297,50 @@ class _Cutter:
         if sa[:-2] != sb[:-2]:
             return False                                  # broadcast batches: PyTorch runs it
         B = math.prod(sa[:-2])
-        self.emit(ops.batch_matmul(B, M, N, K), [n],
-                  [Operand((B, M, K), node=a), Operand((B, K, N), node=b)], n)
+        nodes, operands = [n], [Operand((B, M, K), node=a), Operand((B, K, N), node=b)]
+        scale, mask = self.scores_epilogue(n, nodes, operands)
+        self.emit(ops.batch_matmul(B, M, N, K, scale, mask), nodes, operands, nodes[-1])
         return True
+
+    def scores_epilogue(self, n: fx.Node, nodes: list, operands: list) -> tuple[float | None, int | None]:
+        """Attention's `* scale` (or `/ d`) and `+ mask` after a batch matmul, appended to
+        `nodes` and `operands`: (scale, number of masks) for `ops.batch_matmul`."""
+        scale, mask, tail = None, None, n
+        u = self.only_user(n, {"mul", "div"})
+        if (u is not None and u.args[0] is n and len(u.args) == 2 and _number(u.args[1])
+                and (op_name(u) == "mul" or u.args[1] != 0)):
+            scale = float(u.args[1]) if op_name(u) == "mul" else 1.0 / float(u.args[1])
+            nodes.append(u)
+            tail = u
+        u = self.only_user(tail, {"add"})
+        if (u is not None and len(u.args) == 2 and u.kwargs.get("alpha", 1) == 1
+                and self.shape(u) == self.shape(n)):
+            other = u.args[1] if u.args[0] is tail else u.args[0]
+            m = (self.mask_operand(other, self.shape(n))
+                 if isinstance(other, fx.Node) and other not in nodes else None)
+            if m is not None:
+                mask = m.shape[0]
+                nodes.append(u)
+                operands.append(m)
+        return scale, mask
+
+    def mask_operand(self, m: fx.Node, out: tuple) -> Operand | None:
+        """`m` as a G x M x N operand of a batch matmul's `out` (..., M, N) scores, batch b
+        reading mask b // (B // G): its leading axes some of `out`'s then ones. A constant
+        is broadcast to that here; a graph value must have that shape already."""
+        val = m.meta.get("val")
+        if not isinstance(val, torch.Tensor) or val.dtype != torch.float32 or val.dim() > len(out):
+            return None
+        shape = (1,) * (len(out) - val.dim()) + tuple(int(s) for s in val.shape)
+        lead = len(out) - 2
+        while lead > 0 and shape[lead - 1] == 1:
+            lead -= 1
+        G, want = math.prod(out[:lead]), out[:lead] + (1,) * (len(out) - 2 - lead) + out[-2:]
+        c = self.const(m)
+        if c is not None:
+            full = torch.broadcast_to(c.reshape(shape), want)
+            return Operand((G,) + out[-2:], const=full.float().reshape((G,) + out[-2:]).contiguous())
+        return Operand((G,) + out[-2:], node=m) if shape == want else None
 
     def softmax(self, n: fx.Node) -> bool:
         """softmax, or SDPA's `_safe_softmax` (rows all -inf give 0): the plain op where
@@ -495,7 +559,7 @@ class _Cutter:
 
     def run(self) -> Partition:
         anchors = {"conv2d": self.conv, "convolution": self.conv, "conv_transpose2d": self.conv,
-                   "linear": self.linear, "matmul": self.matmul, "bmm": self.matmul,
+                   "linear": self.linear, "addmm": self.addmm, "matmul": self.matmul, "bmm": self.matmul,
                    "mm": self.matmul, "softmax": self.softmax, "_softmax": self.softmax,
                    "_safe_softmax": self.softmax,
                    "layer_norm": self.norm, "rms_norm": self.norm,
@@ -516,6 +580,10 @@ class _Cutter:
             self.take([n], TorchStep(n, kind))
         steps = [s for _, s in sorted(self.groups, key=lambda p: p[0])]
         return Partition(steps, self.net)
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _torch_reference(chain: list, placeholders: dict):

@@ -64,18 +64,46 @@ def matmul(M: int, N: int, K: int) -> OpDef:
     return OpDef("matmul", [A, B], [C], ref, count_flops([C]), dict(M=M, N=N, K=K))
 
 
-def batch_matmul(B: int, M: int, N: int, K: int) -> OpDef:
-    """C[b, i, j] = sum_k A[b, i, k] * W[b, k, j]; A: BxMxK, W: BxKxN (torch.bmm)."""
+def batch_matmul(B: int, M: int, N: int, K: int, scale: float | None = None,
+                 mask: int | None = None) -> OpDef:
+    """C[b, i, j] = sum_k A[b, i, k] * W[b, k, j]; A: BxMxK, W: BxKxN (torch.bmm).
+
+    Attention's scores take their scale and additive mask as an epilogue stage, "scores",
+    rather than a pass of their own: C * scale (if scale), + Mask[b // (B // mask), i, j]
+    (if mask: Mask is mask x M x N, mask dividing B; 1 for one mask of every batch, the
+    batch size when B is batch x heads)."""
     B, M, N, K = (pos_int("batch_matmul", n, v)
                   for n, v in (("B", B), ("M", M), ("N", N), ("K", K)))
+    if mask is not None and (pos_int("batch_matmul", "mask", mask) > B or B % mask):
+        raise DefinitionError(f"batch_matmul: mask={mask} masks must divide B={B}")
+    if scale is not None:
+        scale = float(scale)
     A = te.placeholder((B, M, K), name="A")
     W = te.placeholder((B, K, N), name="B")
+    inputs = [A, W]
     k = te.reduce_axis(K, "k")
     C = te.compute((B, M, N), lambda b, i, j: te.sum(A[b, i, k] * W[b, k, j], axis=k), name="C")
+    out = C
+    if scale is not None or mask is not None:
+        per = B // mask if mask is not None else B
+        Mk = te.placeholder((mask, M, N), name="Mask") if mask is not None else None
+        if Mk is not None:
+            inputs.append(Mk)
 
-    def ref(a, w):
-        return [np.matmul(a.astype(np.float64), w.astype(np.float64))]
-    return OpDef("batch_matmul", [A, W], [C], ref, count_flops([C]), dict(B=B, M=M, N=N, K=K))
+        def scores(b, i, j):
+            v = C[b, i, j] * scale if scale is not None else C[b, i, j]
+            return v + Mk[b // per, i, j] if Mk is not None else v
+        out = te.compute((B, M, N), scores, name="scores")
+
+    def ref(a, w, *rest):
+        r = np.matmul(a.astype(np.float64), w.astype(np.float64))
+        if scale is not None:
+            r = r * scale
+        if mask is not None:
+            r = r + np.repeat(rest[0].astype(np.float64), B // mask, axis=0)
+        return [r]
+    return OpDef("batch_matmul", inputs, [out], ref, count_flops([out]),
+                 dict(B=B, M=M, N=N, K=K, scale=scale, mask=mask))
 
 
 def dense(M: int, N: int, K: int, bias: bool = False, act: str | None = None) -> OpDef:
@@ -117,9 +145,23 @@ def dense(M: int, N: int, K: int, bias: bool = False, act: str | None = None) ->
 
 # ------------------------------------------------------------------ baselines
 
-@baseline("numpy", "matmul", "batch_matmul")
+@baseline("numpy", "matmul")
 def _matmul_numpy(p: dict) -> Callable:
     return np.matmul
+
+
+@baseline("numpy", "batch_matmul")
+def _batch_matmul_numpy(p: dict) -> Callable:
+    B, M, N, scale, mask = p["B"], p["M"], p["N"], p.get("scale"), p.get("mask")
+
+    def bmm(a, w, *rest):
+        r = np.matmul(a, w)
+        if scale is not None:
+            r *= _F32(scale)
+        if mask is not None:
+            r.reshape(mask, B // mask, M, N)[...] += rest[0][:, None]
+        return r
+    return bmm
 
 
 @baseline("torch", "matmul")
@@ -131,7 +173,18 @@ def _matmul_torch(p: dict) -> Callable:
 @baseline("torch", "batch_matmul")
 def _batch_matmul_torch(p: dict) -> Callable:
     import torch
-    return torch.bmm
+    B, M, N, scale, mask = p["B"], p["M"], p["N"], p.get("scale"), p.get("mask")
+    if scale is None and mask is None:
+        return torch.bmm
+
+    def bmm(a, w, *rest):
+        r = torch.bmm(a, w)
+        if scale is not None:
+            r.mul_(scale)
+        if mask is not None:
+            r.view(mask, B // mask, M, N).add_(rest[0][:, None])
+        return r
+    return bmm
 
 
 @baseline("numpy", "dense")

@@ -63,7 +63,8 @@ def task_name(op: OpDef) -> str:
     if family == "matmul":
         return f"matmul_m{p['M']}_n{p['N']}_k{p['K']}"
     if family == "batch_matmul":
-        return f"batch_matmul_b{p['B']}_m{p['M']}_n{p['N']}_k{p['K']}"
+        epilogue = ("_scale" if p.get("scale") is not None else "") + ("_mask" if p.get("mask") else "")
+        return f"batch_matmul{epilogue}_b{p['B']}_m{p['M']}_n{p['N']}_k{p['K']}"
     if family in ("layernorm", "rmsnorm"):
         return f"{family}_{p['M']}x{p['N']}_eps{p['eps']:g}"
     if "shape" in p:
