@@ -112,6 +112,16 @@ def seq(*stmts: Stmt | None) -> Stmt:
     return out[0] if len(out) == 1 else Seq(out)
 
 
+def guarded(s: Stmt, conds: list) -> Stmt:
+    """`s` under the conjunction of `conds` (itself when there are none)."""
+    if not conds:
+        return s
+    c = conds[0]
+    for x in conds[1:]:
+        c = c & x
+    return IfThenElse(c, s)
+
+
 def walk_stmt(s: Stmt) -> Iterator[Stmt]:
     yield s
     for c in s.children():

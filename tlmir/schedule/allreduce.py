@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..ir.expr import Expr, Load, Var, const
-from ..ir.stmt import Allocate, Barrier, Buffer, For, IfThenElse, Stmt, Store, seq
+from ..ir.stmt import Allocate, Barrier, Buffer, For, IfThenElse, Stmt, Store, guarded, seq
 
 
 @dataclass
@@ -39,15 +39,6 @@ def thread_reduce_leaf(st, leaves: list):
     return None
 
 
-def _guard(s: Stmt, conds: list) -> Stmt:
-    if not conds:
-        return s
-    c = conds[0]
-    for x in conds[1:]:
-        c = c & x
-    return IfThenElse(c, s)
-
-
 def cross_thread_reduction(parts: ReduceParts, name: str, reduce_leaves: list, tx, threads: int,
                            make_loop: Callable[[object, Stmt], Stmt]) -> Stmt:
     """The statements that replace a stage's reduction loops (`reduce_leaves`, outermost
@@ -65,7 +56,7 @@ def cross_thread_reduction(parts: ReduceParts, name: str, reduce_leaves: list, t
     update: Stmt = Store(acc, zero, parts.combine(Load(acc, zero), parts.source))
     if parts.condition is not None:
         update = IfThenElse(parts.condition, update)
-    partial: Stmt = _guard(update, parts.guards)
+    partial: Stmt = guarded(update, parts.guards)
     for v in reversed(reduce_leaves):
         if v is not tx:
             partial = make_loop(v, partial)
@@ -77,5 +68,5 @@ def cross_thread_reduction(parts: ReduceParts, name: str, reduce_leaves: list, t
         fold = Store(red, t, parts.combine(Load(red, t), Load(red, t + half)))
         steps += [on_threads(IfThenElse(t < n - half, fold)), Barrier()]
         n = half
-    final = _guard(Store(parts.buffer, parts.index, Load(red, zero)), [t == 0] + parts.spatial_guards)
+    final = guarded(Store(parts.buffer, parts.index, Load(red, zero)), [t == 0] + parts.spatial_guards)
     return Allocate(red, seq(*steps, on_threads(final), Barrier()))

@@ -26,7 +26,7 @@ from ..errors import LowerError, LoweringWarning, TlmirError
 from ..ir import arith
 from ..ir.expr import (Add, Const, Expr, Load, Max, Min, Reduce, TensorRead, Var, const, free_vars,
                        substitute, transform, walk)
-from ..ir.stmt import Allocate, Barrier, Buffer, For, IfThenElse, PrimFunc, Seq, Stmt, Store, seq
+from ..ir.stmt import Allocate, Barrier, Buffer, For, IfThenElse, PrimFunc, Seq, Stmt, Store, guarded, seq
 from ..ir.tensor import Tensor
 from ..runtime.target import SearchParams
 from .allreduce import ReduceParts, cross_thread_reduction, thread_reduce_leaf
@@ -286,12 +286,12 @@ class _Lowerer:
             st = info.stage
             idx = arith.simplify(_flat([info.value[id(a)] for a in st.op.axis], info.buffer.shape), self.ranges)
             body = substitute(info.body, self._root_values(info))
-            return _guard(Store(info.buffer, idx, self._lower_expr(body)), info.guards), None
+            return guarded(Store(info.buffer, idx, self._lower_expr(body)), info.guards), None
         upd: Stmt = Store(parts.buffer, parts.index, parts.combine(Load(parts.buffer, parts.index), parts.source))
         if parts.condition is not None:
             upd = IfThenElse(parts.condition, upd)
-        init = _guard(Store(parts.buffer, parts.index, parts.identity), parts.spatial_guards)
-        return _guard(upd, parts.guards), init
+        init = guarded(Store(parts.buffer, parts.index, parts.identity), parts.spatial_guards)
+        return guarded(upd, parts.guards), init
 
     def nest(self, st: Stage) -> Stmt:
         info = self.info[id(st)]
@@ -402,15 +402,6 @@ def _flat(indices: list, shape: tuple) -> Expr:
     for i, n in zip(indices, shape):
         out = out * n + i
     return out
-
-
-def _guard(s: Stmt, conds: list) -> Stmt:
-    if not conds:
-        return s
-    c = conds[0]
-    for x in conds[1:]:
-        c = c & x
-    return IfThenElse(c, s)
 
 
 def _auto_unroll(s: Stmt, max_step: int) -> tuple[Stmt, int]:
