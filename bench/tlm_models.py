@@ -5,13 +5,12 @@
         tlm=data/eval/tlm@world-10.jsonl.xz:10 \
         quality=runs/eval-q/tlm-10.db:10 [--top 3] [--rounds 3] [--json out.json]
 
-`tlmir eval --phase report` re-times one program per framework, one after the other; to
-tell two language models apart whose TLM-10 differ by a few percent on a shared, noisy
-machine, this takes each run's --top fastest verified programs per task among the run's
-first K measurements of the task (as the search timed them: a measurement taken while
-the machine stalled can rank a program wrongly, so the best few are confirmed, as `tune`
-confirms its best before it reports), builds and checks every one of them once, then
-times them in --rounds passes, the programs of a task alternating within a pass. A
+`tlmir eval --phase report` confirms its runs' programs the same way
+(`tlmir.evaluate.confirmed_seconds`); this compares runs of several evaluation
+directories, e.g. language models whose TLM-10 differ by a few percent on a shared,
+noisy machine. It takes each run's --top fastest verified programs per task among the
+run's first K measurements of the task, builds and checks every one once, then times
+them in --rounds passes, the programs of a task alternating within a pass. A
 run's time for a task is its fastest program's fastest pass. Printed: per task
 GFLOP/s, then per run Σ latency and the Σ / geometric-mean ratio against --ref
 (> 1: the run is faster). A run without a verified program of a task is left out of it.
@@ -62,7 +61,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--json", help="write the per-task seconds here")
     a = p.parse_args()
-    from tlmir.evaluate import program_timer, representative_tasks
+    from tlmir.evaluate import confirmed_seconds, representative_tasks
     from tlmir.runtime.target import host_hardware
     hw = host_hardware()
     labels = [label for label, _, _ in a.runs]
@@ -72,12 +71,8 @@ def main() -> None:
     best = {label: best_programs(path, k, tasks, hw.key, a.top) for label, path, k in a.runs}
     rows = []
     for task in tasks:
-        timers = [(label, program_timer(task, trace)) for label in labels
-                  for trace in best[label].get(task.key, [])]
-        secs = {label: math.inf for label, _ in timers}
-        for _ in range(a.rounds):
-            for label, timer in timers:
-                secs[label] = min(secs[label], timer(a.threads))
+        programs = {label: best[label][task.key] for label in labels if task.key in best[label]}
+        secs = confirmed_seconds(task, programs, a.threads, a.rounds)
         rows.append({"task": task.name, "flops": task.flops, "seconds": secs})
         print(f"{task.name:<56}" + "".join(f" {lab} {task.flops / s / 1e9:7.1f}" for lab, s in secs.items()),
               flush=True)

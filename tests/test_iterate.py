@@ -179,6 +179,8 @@ def test_eval_reports_framework_sums_and_speedups(tmp_path):
     assert rep["speedup"]["tlm-1"]["tlm-1"] == 1.0
     assert rep["speedup"]["random-2"]["random-4"] == pytest.approx(totals["random-4"] / totals["random-2"])
     assert "| tlm-3 |" in markdown(rep)
+    recs, n = ev._best(fws[3], tasks[0], top=3)  # the report confirms a run's 3 best of its first k
+    assert n == 4 and len(recs) == 3 and [r.best for r in recs] == sorted(r.best for r in recs)
     with RecordDB(str(tmp_path / "random.db")) as db:  # the baseline is one run of 4
         assert db.count() == 8
     Evaluation(str(tmp_path), tasks, fws, sp=SMALL, log=None).search()  # resumed: nothing more
