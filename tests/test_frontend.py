@@ -94,10 +94,11 @@ def test_attention_block():
     m, x = Attention().eval(), torch.randn(2, 16, 32)
     imported = frontend.import_model(m, (x,))
     names = _names(imported)
-    assert len(imported.part.subgraphs) == 8      # Q·Kᵀ takes the / sqrt(d) as its epilogue
+    assert len(imported.part.subgraphs) == 7      # Q·Kᵀ takes the / sqrt(d), proj the residual add
     assert not any(n.startswith("ewise") for n in names)
     for want in ("layernorm_32x32_eps1e-05", "dense_bias_m32_n96_k32", "batch_matmul_scale_b8_m16_n16_k8",
-                 "softmax_128x16", "batch_matmul_b8_m16_n8_k16", "dense_bias_gelu_m32_n64_k32"):
+                 "softmax_128x16", "batch_matmul_b8_m16_n8_k16", "dense_bias_m32_n32_k32_add",
+                 "dense_bias_gelu_m32_n64_k32"):
         assert want in names, names
     cm = frontend.compile(imported, None, strategy=None)
     _close(cm(x), m(x).detach())
@@ -206,13 +207,16 @@ def test_transformers_bert_from_config():
 
 
 def test_llama_layer_runs_without_fallbacks():
-    """RMSNorm's mean of squares is a row reduction, SwiGLU is silu_mul: no PyTorch op left."""
+    """RMSNorm's mean of squares is a row reduction, SwiGLU's silu and product are the
+    epilogues of the gate and up projections, the residual adds those of the output
+    projections: no PyTorch op left."""
     torch.manual_seed(0)
     m, x = zoo.llama_decoder_layer(dim=64, n_heads=4, hidden=128).eval(), torch.randn(1, 8, 64)
     imported = frontend.import_model(m, (x,))
     assert imported.fallbacks() == {}
     names = _names(imported)
-    assert "row_mean_8x64" in names and "silu_mul_8x128" in names
+    for want in ("row_mean_8x64", "dense_m8_n128_k64_silu", "dense_m8_n128_k64_mul", "dense_m8_n64_k128_add"):
+        assert want in names, names
     cm = frontend.compile(imported, None, strategy=None)
     _close(cm(x), m(x).detach())
 
@@ -250,6 +254,47 @@ def test_addmm_is_a_dense_with_its_weight_transposed_once():
         assert _names(imported) == [want] and imported.fallbacks() == {}
         cm = frontend.compile(imported, None, strategy=None)
         _close(cm(x), m(x).detach())
+
+
+class NewGELU(nn.Module):
+    """GPT-2's MLP: Conv1D, then the tanh-GELU written out (x read three times), then a
+    scale by a per-column vector and a residual add."""
+    def __init__(self, d=24, h=40):
+        super().__init__()
+        self.fc, self.scale = Conv1D(d, h), nn.Parameter(torch.rand(h) + 0.5)
+        self.fc.forward = lambda x: torch.addmm(self.fc.b, x.view(-1, x.shape[-1]), self.fc.w).view(
+            *x.shape[:-1], -1)
+
+    def forward(self, x, r):
+        y = self.fc(x)
+        g = 0.5 * y * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (y + 0.044715 * torch.pow(y, 3.0))))
+        return g * self.scale + r
+
+
+def test_dense_takes_the_element_wise_region_after_it_as_its_epilogue():
+    torch.manual_seed(0)
+    m, x, r = NewGELU().eval(), torch.randn(2, 3, 24), torch.randn(2, 3, 40)
+    imported = frontend.import_model(m, (x, r))
+    assert _names(imported) == ["dense_bias_m6_n40_k24_mul_pow_mul_add_etc"] and imported.fallbacks() == {}
+    task = imported.part.subgraphs[0].task
+    assert [tuple(t.shape) for t in task.inputs] == [(6, 24), (40, 24), (40,), (40,), (6, 40)]
+    cm = frontend.compile(imported, None, strategy=None)
+    _close(cm(x, r), m(x, r).detach())
+
+    class Escapes(nn.Module):   # the GELU's input is also returned: no single exit, no fusion
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(24, 40)
+
+        def forward(self, x):
+            y = self.fc(x)
+            return y, y * torch.sigmoid(y)
+    m = Escapes().eval()
+    imported = frontend.import_model(m, (x,))
+    assert "dense_bias_m6_n40_k24" in _names(imported)
+    cm = frontend.compile(imported, None, strategy=None)
+    for a, b in zip(cm(x), m(x)):
+        _close(a, b.detach())
 
 
 def test_addmm_of_two_graph_values_falls_back_by_name():

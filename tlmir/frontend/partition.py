@@ -2,7 +2,8 @@
 
 An anchor op (conv, linear, addmm, matmul, softmax, layer_norm, pooling) takes the
 epilogue its tlmir op can compute (a folded BatchNorm, a bias, ReLU / ReLU6 / GELU / tanh,
-attention's scale and mask after a batch matmul); chains of element-wise ops become one
+attention's scale and mask after a batch matmul; after a dense, the whole element-wise
+region up to its single exit, a te task); other chains of element-wise ops become one
 fused stage. Each subgraph maps to a `tlmir.ops` definition
 (or a `te` one for element-wise chains) and becomes a task of a `Net`, so identical
 subgraphs share one task. Views and copies run in PyTorch ("layout"), as does any op
@@ -25,6 +26,7 @@ from ..workloads.common import Net, _shape
 from .attention import keeps_every_row, safe_softmax
 from .capture import Graph, op_name
 from .elementwise import broadcast_read, chain_expr, is_elementwise
+from .epilogue import dense_epilogue_task, epilogue_region
 
 LAYOUT_OPS = {
     "view", "reshape", "_unsafe_view", "flatten", "unflatten", "permute", "transpose", "t",
@@ -253,6 +255,8 @@ class _Cutter:
         operands = [Operand((M, K), node=x), Operand((N, K), const=weight.float().contiguous())]
         if bias is not None:
             operands.append(Operand((N,), const=bias.float().contiguous()))
+        if act is None and self.dense_epilogue(n, M, N, K, operands):
+            return True
         self.emit(ops.dense(M, N, K, bias=bias is not None, act=act), nodes, operands, nodes[-1])
         return True
 
@@ -275,7 +279,19 @@ class _Cutter:
         operands = [Operand((M, K), node=x), Operand((N, K), const=w_nk)]
         if beta != 0:
             operands.append(Operand((N,), const=(bias.double().reshape(N) * beta).float().contiguous()))
+        if act is None and self.dense_epilogue(n, M, N, K, operands):
+            return True
         self.emit(ops.dense(M, N, K, bias=beta != 0, act=act), nodes, operands, nodes[-1])
+        return True
+
+    def dense_epilogue(self, n: fx.Node, M: int, N: int, K: int, operands: list[Operand]) -> bool:
+        """dense (+ bias) with the element-wise region after n in its kernel (epilogue.py)."""
+        region = epilogue_region(self.g, n, self.order, self.taken)
+        if not region:
+            return False
+        task, extra = dense_epilogue_task(self.g, n, region, M, N, K, bias=len(operands) == 3)
+        operands += [Operand(shape, const=c) if c is not None else Operand(shape, node=a) for a, shape, c in extra]
+        self.take([n, *region], Subgraph(self.net.task(task), [n, *region], operands, region[-1]))
         return True
 
     def matmul(self, n: fx.Node) -> bool:
