@@ -16,7 +16,7 @@ from tlmir.runtime.target import HardwareParams, host_hardware
 from tlmir.runtime.task import Task
 from tlmir.schedule.space import SearchSpace
 from tlmir.search.world_model import WorldModelConfig, split_sentence
-from tlmir.search.world_train import (Evaluator, Program, programs_from_records, ranking_metrics,
+from tlmir.search.world_train import (Evaluator, Program, drop_stale, programs_from_records, ranking_metrics,
                                       train_evaluator)
 
 TOK = Tokenizer.load(os.path.join(BASE_MODEL, TOKENIZER_FILE))
@@ -101,6 +101,19 @@ def test_programs_from_records_replay_each_machine_and_keep_failures():
     progs = programs_from_records(recs, {task.key: task})
     assert [p.seconds for p in progs] == [1e-3, None]
     assert progs[0].sentence == trace_to_sentence(task, hw, trace)
+
+
+def test_stale_records_of_matching_tasks_are_left_out():
+    from tlmir.argtypes import stale_rule
+    rule = stale_rule("_s2_@2026-11-25T08:04Z")
+    t = rule[1]
+    recs = [Record("a", "conv2d_1x3x224x224_7x7_s2_p3", "hw", "{}", [1e-3], timestamp=t - 1),
+            Record("a", "conv2d_1x3x224x224_7x7_s2_p3", "hw", "{}", [1e-3], timestamp=t + 1),
+            Record("b", "conv2d_1x3x224x224_3x3_s1_p1", "hw", "{}", [1e-3], timestamp=t - 1),
+            Record("a", "conv2d_1x3x224x224_7x7_s2_p3", "hw", "{}", [1e-3]),
+            Record("c", "max_pool2d_1x64x112x112_3_s2_p1", "hw", "{}", [1e-3], timestamp=t - 1)]
+    assert drop_stale(recs, [rule]) == recs[1:]   # c was not measured again: its old records stay
+    assert drop_stale(recs, []) == recs
 
 
 def test_training_resumes_from_its_checkpoint_as_if_never_killed(tmp_path, monkeypatch):

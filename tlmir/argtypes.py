@@ -91,6 +91,24 @@ def ratio_list(text: str) -> list[float]:
     return vals
 
 
+def stale_rule(text: str) -> tuple[str, float]:
+    """'REGEX@2026-11-25T08:04Z': records of tasks whose name matches REGEX, measured before
+    that time (ISO 8601; no zone: UTC), as (pattern, Unix seconds)."""
+    import datetime
+    import re
+    pattern, sep, when = text.rpartition("@")
+    try:
+        re.compile(pattern)
+        t = datetime.datetime.fromisoformat(when.replace("Z", "+00:00"))
+    except (re.error, ValueError):
+        sep = ""
+    if not sep or not pattern:
+        raise argparse.ArgumentTypeError(f"must be REGEX@ISO-TIME (e.g. '_s2_@2026-11-25T08:04Z'), got {text!r}")
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=datetime.timezone.utc)
+    return pattern, t.timestamp()
+
+
 def op_args(p) -> None:
     p.add_argument("--op", help="op name from tlmir.ops (e.g. matmul)")
     p.add_argument("--shape", help="comma-separated positional shape parameters, e.g. 1024,1024,1024")

@@ -9,7 +9,7 @@ import time
 import numpy as np
 
 from ..argtypes import (fraction, nonneg_float, nonneg_int, op_args, op_from_args, positive_float, positive_int,
-                        probability, ratio_list)
+                        probability, ratio_list, stale_rule)
 from ..errors import TlmirError
 from ..runtime.target import host_hardware
 from .registry import BASE_MODEL, TOKENIZER_FILE, load_model, model_dir, passive_openmp
@@ -95,7 +95,8 @@ def cmd_train_evaluator(args) -> None:
     tokenizer = args.tokenizer or os.path.join(model_dir(BASE_MODEL), TOKENIZER_FILE)
     cfg = {"d_model": args.d_model, "transition": not args.no_transition,
            "n_features": 0 if args.no_features else NUM_FEATURES}
-    metrics = train_from_records(args.db, args.out, tokenizer, cfg, steps=args.steps, seed=args.seed)
+    metrics = train_from_records(args.db, args.out, tokenizer, cfg, steps=args.steps, seed=args.seed,
+                                 stale=args.stale)
     print(json.dumps({"out": args.out, "held_out": metrics}, indent=1))
 
 
@@ -256,6 +257,10 @@ def add_parsers(sub) -> None:
     ev.add_argument("--no-features", action="store_true",
                     help="the head reads the decisions only, not the lowered program's features")
     ev.add_argument("--seed", type=nonneg_int, default=0, help="random seed")
+    ev.add_argument("--stale", type=stale_rule, action="append", default=[], metavar="REGEX@TIME",
+                    help="leave out records of tasks whose name matches REGEX measured before TIME where "
+                         "the task was measured again since: a code generator change re-ranked their "
+                         "programs (repeatable)")
     ev.set_defaults(fn=cmd_train_evaluator)
     it = sub.add_parser("iterate", help="iterative optimization: generate, measure, fine-tune (paper §5.3)")
     it.add_argument("--split", default="train", choices=("train", "held-out"), help="whose tasks")

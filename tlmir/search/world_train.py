@@ -33,7 +33,7 @@ from ..errors import ModelError, TlmirError
 from ..lm.checkpoint import atomic_write, atomic_write_text, sha256_file
 from ..lm.language import trace_to_sentence
 from ..lm.tokenizer import Tokenizer
-from ..runtime.records import read_records
+from ..runtime.records import Record, read_records
 from ..runtime.target import HardwareParams
 from ..schedule.decider import Trace
 from ..schedule.lower import lower
@@ -332,14 +332,36 @@ def ranking_metrics(programs: Sequence[Program], scores: np.ndarray, k: int = 10
             f"top{k}_recall": mean(topk), "kendall_tau": mean(taus)}
 
 
+def drop_stale(records: Sequence[Record], stale: Sequence[tuple[str, float]]) -> list[Record]:
+    """The records but the superseded ones: of a task whose name matches a pattern of
+    `stale`, measured before its time, where the task was measured again after it
+    ((pattern, Unix seconds) pairs). A task with only old records keeps them: they are
+    all it knows of its op type; a record of unknown time is kept."""
+    import re
+    rules = [(re.compile(p), t) for p, t in stale]
+    remeasured = {(r.task_key, i) for r in records for i, (pat, t) in enumerate(rules)
+                  if r.timestamp is not None and r.timestamp >= t and pat.search(r.task_name)}
+    return [r for r in records if not any(r.timestamp is not None and r.timestamp < t and (r.task_key, i) in remeasured
+                                          for i, (_, t) in enumerate(rules))]
+
+
 def train_from_records(paths: Sequence[str], out: str, tokenizer: str, cfg_fields: dict | None = None,
-                       steps: int = 2000, seed: int = 0, log: Callable[[str], None] | None = print) -> dict:
+                       steps: int = 2000, seed: int = 0, log: Callable[[str], None] | None = print,
+                       stale: Sequence[tuple[str, float]] = ()) -> dict:
     """Train on the training split's programs in `paths`, score the held-out split's (never
     trained on), save to `out` (checkpoints in `out`/checkpoint until it is done: a killed
     run started again goes on from the last); returns the held-out ranking metrics. `cfg_fields`:
-    WorldModelConfig fields (`n_features=NUM_FEATURES`: the head reads program features)."""
+    WorldModelConfig fields (`n_features=NUM_FEATURES`: the head reads program features).
+    `stale`: (task-name pattern, Unix time) pairs; a training record of a matching task
+    measured before its time, where the task was measured again since, is left out
+    (`drop_stale`: shuffled strided loads made the programs that vectorize strided reads
+    fastest, which older records of strided convs rank slowest)."""
     from ..workloads import split_tasks
     recs = read_records(paths)
+    fresh = drop_stale(recs, stale)
+    if log and len(fresh) < len(recs):
+        log(f"[evaluator] {len(recs) - len(fresh)} stale records left out")
+    recs = fresh
     tok = Tokenizer.load(tokenizer)
     train = programs_from_records(recs, {t.key: t for t in split_tasks("train")})
     held = programs_from_records(recs, {t.key: t for t in split_tasks("held-out")})
