@@ -4,6 +4,17 @@ from __future__ import annotations
 
 import tlmir
 from tlmir import te
+from tlmir.errors import DeviceError
+from tlmir.runtime import gpu
+
+
+def has_gpu() -> bool:
+    """Whether the CUDA driver finds a GPU here (tests that need one, or its absence, skip)."""
+    try:
+        gpu.driver()
+        return True
+    except DeviceError:
+        return False
 
 
 def matmul_tensors(M: int, N: int, K: int):

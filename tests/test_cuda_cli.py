@@ -6,16 +6,8 @@ import json
 import pytest
 
 from tlmir.cli import main
-from tlmir.errors import DeviceError
-from tlmir.runtime import gpu
 
-
-def _has_gpu() -> bool:
-    try:
-        gpu.driver()
-        return True
-    except DeviceError:
-        return False
+from gpuutil import has_gpu
 
 
 def test_show_prints_sampled_kernels_as_cuda_c(capsys):
@@ -54,7 +46,7 @@ def test_tune_dry_run_compiles_and_checks_a_gpu_space(capsys):
     assert "2 candidates: 2 compiled" in out and "0 over the limits (0.0%)" in out and "example: sketch 0" in out
 
 
-@pytest.mark.skipif(_has_gpu(), reason="this machine has a GPU")
+@pytest.mark.skipif(has_gpu(), reason="this machine has a GPU")
 def test_tuning_for_a_gpu_without_one_says_so(capsys):
     assert main(["tune", "--op", "matmul", "--shape", "8,8,8", "--target", "cuda:sm_90", "--trials", "2"]) == 2
     err = capsys.readouterr().err

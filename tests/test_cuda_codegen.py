@@ -11,17 +11,8 @@ from tlmir.ir import stmt as S
 from tlmir.codegen_cuda.nvrtc import compile_cuda, parse_resources
 from tlmir.codegen_cuda.render import render
 from tlmir.errors import ArgumentError, BuildError, DeviceError, ResourceError
-from tlmir.runtime import gpu
 
-from gpuutil import cooperative_fetch, gpu_matmul, row_reduce
-
-
-def _has_gpu() -> bool:
-    try:
-        gpu.driver()
-        return True
-    except DeviceError:
-        return False
+from gpuutil import cooperative_fetch, gpu_matmul, has_gpu, row_reduce
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
@@ -119,7 +110,7 @@ def test_nvrtc_errors_carry_the_log_and_resources_parse():
     assert (r["k2"].registers, r["k2"].shared_bytes) == (128, 17408)
 
 
-@pytest.mark.skipif(_has_gpu(), reason="this machine has a GPU")
+@pytest.mark.skipif(has_gpu(), reason="this machine has a GPU")
 def test_running_without_a_gpu_says_so_in_one_line():
     s, args = gpu_matmul()
     f = tlmir.build(s, args, target="cuda:sm_90")
@@ -132,7 +123,7 @@ def test_running_without_a_gpu_says_so_in_one_line():
         f(a, b, [0.0])
 
 
-@pytest.mark.skipif(not _has_gpu(), reason="needs a GPU")
+@pytest.mark.skipif(not has_gpu(), reason="needs a GPU")
 def test_on_a_gpu_the_kernel_matches_numpy():
     s, args = gpu_matmul()
     f = tlmir.build(s, args, target="cuda")
