@@ -18,13 +18,6 @@ import platform
 import statistics
 
 
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            return next(line.split(":", 1)[1].strip() for line in fh if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.machine()
-
 TASKS = {
     "matmul": ("matmul 1024^3", lambda ops: ops.matmul(1024, 1024, 1024)),
     "conv3x3": ("conv2d ResNet-50 3x3 (1x64x56x56, 64 filters)",
@@ -45,11 +38,11 @@ def main() -> None:
     a = p.parse_args()
     from tlmir import ops
     from tlmir.codegen_cuda.nvrtc import version
-    from tlmir.runtime.target import parse_target
+    from tlmir.runtime.target import cpu_model_name, parse_target
     from tlmir.runtime.task import Task
     from tlmir.search.dry_run import dry_run
     import os
-    print(f"NVRTC {'.'.join(map(str, version()))} on {cpu_name()} ({os.cpu_count()} CPUs)")
+    print(f"NVRTC {'.'.join(map(str, version()))} on {cpu_model_name(platform.machine())} ({os.cpu_count()} CPUs)")
     print(f"| task | arch | sketches | programs | kernels | s / program: median, mean, max | kernels/s | "
           f"refused by the resource checks | spilling |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")

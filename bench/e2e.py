@@ -22,6 +22,7 @@ import torch
 from tlmir import frontend, zoo
 from tlmir.frontend.models import TRANSFORMERS
 from tlmir.runtime.backend import time_calls
+from tlmir.runtime.target import cpu_model_name
 
 MODELS = {
     "resnet50": lambda: (zoo.resnet50(), (torch.randn(1, 3, 224, 224),)),
@@ -58,8 +59,7 @@ def main() -> None:
     a = p.parse_args()
     threads = [int(t) for t in a.threads.split(",")]
     strategy = None if a.strategy == "none" else a.strategy
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                if line.startswith("model name")), "unknown CPU")
+    cpu = cpu_model_name("unknown CPU")
     print(f"# {cpu}, {os.cpu_count()} CPUs; strategy {a.strategy}, {a.trials_per_task} per task")
     rows = []
     for name in a.models.split(","):

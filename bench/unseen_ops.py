@@ -48,7 +48,7 @@ from tlmir.evaluate import program_timer  # noqa: E402
 from tlmir.lm.registry import model_dir  # noqa: E402
 from tlmir.ops.base import OpDef, count_flops  # noqa: E402
 from tlmir.ops.baselines import baseline_times_isolated  # noqa: E402
-from tlmir.runtime.target import host_hardware  # noqa: E402
+from tlmir.runtime.target import cpu_model_name, host_hardware  # noqa: E402
 from tlmir.runtime.task import Task  # noqa: E402
 from tlmir.schedule.space import SearchSpace  # noqa: E402
 from tlmir.search.tune import tune  # noqa: E402
@@ -104,14 +104,6 @@ OPS = {  # name -> (description, builder)
     "conv_valid": ("conv2d 1x48x30x30 k64 5x5 p0", lambda: ops.conv2d_nchw(1, 48, 30, 30, 64, 5, 5, padding=0)),
     "dense_gelu_tanh": ("dense 96x1000x640 +tanh-gelu", dense_gelu_tanh),
 }
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            return next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), "unknown")
-    except OSError:
-        return "unknown"
 
 
 def assert_unseen(tasks: dict[str, Task]) -> None:
@@ -221,7 +213,7 @@ def main() -> None:
     rows = [run_op(n, a, hw, dbs) for n in names]
     ratios = [r["evo_over_tlm"] for r in rows if r["evo_over_tlm"]]
     geo = math.exp(statistics.fmean(map(math.log, ratios))) if ratios else None
-    cpu, cores = cpu_model(), os.cpu_count()
+    cpu, cores = cpu_model_name("unknown"), os.cpu_count()
     print(f"\nCPU: {cpu}, {cores} threads (re-timed at {a.threads}); model {a.model} "
           f"({os.path.abspath(model_dir(a.model))}); hardware key {hw.key}\n")
     print(markdown(rows, dbs))

@@ -187,6 +187,16 @@ def _cache_kb(level: int, default: int) -> int:
     return int(text.rstrip("KM")) * mult
 
 
+def cpu_model_name(default: str = "unknown CPU") -> str:
+    """The host CPU's marketing name (benchmarks name the CPU with every number), or
+    `default` where /proc/cpuinfo has none."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            return next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), default)
+    except OSError:
+        return default
+
+
 @functools.cache
 def host_hardware() -> HardwareParams:
     """This machine, as LLVM sees it."""
