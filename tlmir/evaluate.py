@@ -16,9 +16,10 @@ evaluation resumes where it stopped. `report` re-times every framework's 3 best 
 of every task in one process, in 3 passes with the programs alternating (each program's
 median of repeats, all cores; a framework keeps its fastest), next to PyTorch:
 search-time measurements were taken under whatever else ran, and one timing per
-framework lets a stall of a shared machine decide; the report's are comparable. Framework_k = Σ_tasks best latency over the tasks every framework has;
-the speedup matrices hold Framework_col / Framework_row over the tasks both frameworks
-have (Σ, and the geometric mean of per-task ratios).
+framework lets a stall of a shared machine decide; the report's are comparable.
+Framework_k = Σ_tasks best latency over the tasks every framework has; the speedup
+matrices hold Framework_col / Framework_row over the tasks both frameworks have (Σ, and
+the geometric mean of per-task ratios).
 
 With an `archive` directory (kept in the repository) every run's records
 (`<db>.jsonl.xz`) and wall clock are copied there after each task, and an `out` without

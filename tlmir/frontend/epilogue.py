@@ -100,15 +100,15 @@ def dense_epilogue_task(g: Graph, n: fx.Node, region: list[fx.Node], M: int, N: 
     words = [op_name(u).strip("_") for u in region if u not in views]
     name = (f"dense{'_bias' if bias else ''}_m{M}_n{N}_k{K}_" + "_".join(words[:4])
             + ("_etc" if len(words) > 4 else ""))
-    return Task(name, ins + [out], reference=_reference(n, region, list(extra), g.shape(n))), operands
+    return Task(name, ins + [out], reference=_reference(n, region, list(extra), g.shape(n), bias)), operands
 
 
-def _reference(n: fx.Node, region: list, extra: list, shape: tuple):
+def _reference(n: fx.Node, region: list, extra: list, shape: tuple, bias: bool):
     """dense (+ bias) in float64, then the region evaluated by PyTorch on the nodes' own
     shapes: a task reference independent of te."""
     def ref(x, w, *rest):
         d = np.asarray(x, np.float64) @ np.asarray(w, np.float64).T
-        if len(rest) > len(extra):
+        if bias:
             d = d + np.asarray(rest[0], np.float64)
             rest = rest[1:]
         env = {n: torch.from_numpy(d.reshape(shape))}

@@ -255,7 +255,7 @@ class _Cutter:
         operands = [Operand((M, K), node=x), Operand((N, K), const=weight.float().contiguous())]
         if bias is not None:
             operands.append(Operand((N,), const=bias.float().contiguous()))
-        if act is None and self.dense_epilogue(n, M, N, K, operands):
+        if act is None and self.dense_epilogue(n, M, N, K, bias is not None, operands):
             return True
         self.emit(ops.dense(M, N, K, bias=bias is not None, act=act), nodes, operands, nodes[-1])
         return True
@@ -279,17 +279,17 @@ class _Cutter:
         operands = [Operand((M, K), node=x), Operand((N, K), const=w_nk)]
         if beta != 0:
             operands.append(Operand((N,), const=(bias.double().reshape(N) * beta).float().contiguous()))
-        if act is None and self.dense_epilogue(n, M, N, K, operands):
+        if act is None and self.dense_epilogue(n, M, N, K, beta != 0, operands):
             return True
         self.emit(ops.dense(M, N, K, bias=beta != 0, act=act), nodes, operands, nodes[-1])
         return True
 
-    def dense_epilogue(self, n: fx.Node, M: int, N: int, K: int, operands: list[Operand]) -> bool:
+    def dense_epilogue(self, n: fx.Node, M: int, N: int, K: int, bias: bool, operands: list[Operand]) -> bool:
         """dense (+ bias) with the element-wise region after n in its kernel (epilogue.py)."""
         region = epilogue_region(self.g, n, self.order, self.taken)
         if not region:
             return False
-        task, extra = dense_epilogue_task(self.g, n, region, M, N, K, bias=len(operands) == 3)
+        task, extra = dense_epilogue_task(self.g, n, region, M, N, K, bias)
         operands += [Operand(shape, const=c) if c is not None else Operand(shape, node=a) for a, shape, c in extra]
         self.take([n, *region], Subgraph(self.net.task(task), [n, *region], operands, region[-1]))
         return True
