@@ -85,7 +85,7 @@ def cmd_train_sft(args) -> None:
         from .sample import read_sentences
         demos = [r["sentence"] for r in read_sentences(args.data)]
     stats = sft(model_dir(args.model), demos, args.out, epochs=args.epochs, batch_size=args.batch_size,
-                lr=args.lr, seed=args.seed, quality=quality)
+                lr=args.lr, seed=args.seed, quality=quality, device=args.device)
     print(json.dumps(stats, indent=1))
 
 
@@ -245,6 +245,7 @@ def add_parsers(sub) -> None:
     st.add_argument("--batch-size", type=positive_int, default=16, help="demonstrations per step")
     st.add_argument("--lr", type=positive_float, default=5e-4, help="learning rate")
     st.add_argument("--seed", type=nonneg_int, default=0, help="random seed of the batch order")
+    st.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where to train")
     st.set_defaults(fn=cmd_train_sft)
     ev = trs.add_parser("evaluator", help="the world-model evaluator, on measured records of the training "
                         "split (the held-out split's are scored, never trained on)")

@@ -81,9 +81,10 @@ def _prompt_words(sentences: Sequence[str]) -> set[str]:
 def sft(base_dir: str, sentences: Sequence[str], out_dir: str, epochs: float = 4.0,
         batch_size: int = 16, lr: float = 3e-4, seed: int = 0, threads: int | None = None,
         log: Callable[[str], None] | None = print, time_limit: float | None = None,
-        quality: dict | None = None) -> dict:
+        quality: dict | None = None, device: str = "cpu") -> dict:
     """Fine-tune a fresh copy of the model in `base_dir` on demonstration sentences;
-    the result (checkpoint + tokenizer) goes to `out_dir`. Resumable like `pretrain`.
+    the result (checkpoint + tokenizer) goes to `out_dir`. Resumable like `pretrain`, and
+    like it trains on `device` ("cpu" or "cuda").
 
     Structural words the base's vocabulary lacks (`quality`, for a model pre-trained
     before the quality prompt existed) are appended to the copy's vocabulary, each with
@@ -132,7 +133,7 @@ def sft(base_dir: str, sentences: Sequence[str], out_dir: str, epochs: float = 4
         return pretrain(seqs, [], base.config, out_dir, tok.pad_id, steps=steps, batch_size=batch_size,
                         lr=lr, warmup=min(20, steps // 10), seed=seed, eval_every=max(steps, 1),
                         log=log, loss_mask=answer_mask(tok), init_from=init, time_limit=time_limit,
-                        extra=extra, threads=threads)
+                        extra=extra, threads=threads, device=device)
     finally:
         if init != base_dir:
             shutil.rmtree(init, ignore_errors=True)

@@ -128,7 +128,7 @@ class _Data:
             lo, hi = self.seqs.offsets[r], self.seqs.offsets[r + 1]
             n = int(hi - lo - 1)
             x[i, :n] = self.seqs.ids[lo:hi - 1]
-            y[i, :n] = np.where(self.scored_flags[lo + 1:hi], self.seqs.ids[lo + 1:hi], -100)
+            y[i, :n] = np.where(self.scored_flags[lo + 1:hi], self.seqs.ids[lo + 1:hi].astype(np.int64), -100)
             real += n
         return torch.from_numpy(x).to(device), torch.from_numpy(y).to(device), real
 
