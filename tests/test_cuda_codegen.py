@@ -8,6 +8,7 @@ import tlmir
 from tlmir import te
 from tlmir.ir import expr as E
 from tlmir.ir import stmt as S
+from tlmir.codegen_cuda import nvrtc
 from tlmir.codegen_cuda.nvrtc import compile_cuda, parse_resources
 from tlmir.codegen_cuda.render import render
 from tlmir.errors import ArgumentError, BuildError, DeviceError, ResourceError
@@ -30,6 +31,25 @@ def test_a_tiled_matmul_is_readable_cuda_that_nvrtc_compiles(arch):
     (res,) = f.resources
     assert res.shared_bytes == 2 * 32 * 4 and 8 < res.registers <= 255
     assert "main_kernel0: grid 4x1x1, block 16x1x1" in f.describe()
+
+
+def test_a_round_compiled_ahead_in_a_process_pool_is_what_compile_cuda_then_returns():
+    import concurrent.futures
+    import multiprocessing
+    sources = [tlmir.build(*gpu_matmul(vec=v), target="cuda:sm_90").source for v in (1, 2)]
+    broken = sources[0].replace("__syncthreads();", "__syncthreads(", 1)
+    with concurrent.futures.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        binaries = nvrtc.compile_many(sources + [broken, sources[1]], "sm_90", pool, timeout=120)
+    assert len(binaries) == 2  # the duplicate compiled once; the broken one is left to its trial
+    try:
+        nvrtc.remember(binaries)
+        for src in sources:
+            ahead = compile_cuda(src, "sm_90")
+            assert ahead is binaries[nvrtc._memo_key(src, "sm_90")] and ahead.cubin[:4] == b"\x7fELF"
+        with pytest.raises(BuildError, match="NVRTC could not compile"):
+            compile_cuda(broken, "sm_90")
+    finally:
+        nvrtc._COMPILED.clear()
 
 
 def test_a_cross_thread_reduction_compiles_with_its_shared_slots():

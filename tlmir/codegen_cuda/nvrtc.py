@@ -5,10 +5,16 @@ The library comes from the nvidia-cuda-nvrtc wheel (no toolkit, no GPU needed). 
 asks ptxas to be verbose; its report of each kernel (registers, shared memory, spills) is
 how the resource checks see a candidate before it is measured. A program NVRTC refuses
 is a BuildError carrying the compiler's log.
+
+ptxas is single-threaded and a search round's programs are independent, so a round is
+compiled ahead in a pool of processes (`compile_many`); the binaries are handed to the
+measuring worker (`remember`), whose `compile_cuda` then finds them instead of compiling.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import functools
+import hashlib
 import re
 from dataclasses import dataclass
 
@@ -38,6 +44,39 @@ class Binary:
     log: str
     resources: dict  # kernel name -> Resources
     seconds: float
+
+
+_COMPILED: dict[tuple[str, str], "Binary"] = {}  # (sha1 of the source, arch) -> its binary
+_COMPILED_LIMIT = 512  # binaries kept (a few rounds' worth); then the memo starts over
+
+
+def _memo_key(source: str, arch: str) -> tuple[str, str]:
+    return hashlib.sha1(source.encode()).hexdigest(), arch
+
+
+def remember(binaries: dict) -> None:
+    """Binaries compiled elsewhere (`compile_many`), keyed as `compile_cuda` looks them up."""
+    if len(_COMPILED) + len(binaries) > _COMPILED_LIMIT:
+        _COMPILED.clear()
+    _COMPILED.update(binaries)
+
+
+def _compile_or_none(source: str, arch: str) -> "Binary | None":
+    try:
+        return compile_cuda(source, arch)
+    except BuildError:
+        return None  # the trial compiles it again and reports the log
+
+
+def compile_many(sources: list[str], arch: str, executor: concurrent.futures.Executor,
+                 timeout: float | None = None) -> dict:
+    """Compile `sources` for `arch` in `executor`'s processes: {memo key: Binary} of those
+    that compiled within `timeout` seconds (the rest, and failures, are left to
+    `compile_cuda` in the trial, where they count)."""
+    todo = {_memo_key(s, arch): s for s in sources}
+    futures = {executor.submit(_compile_or_none, s, arch): k for k, s in todo.items() if k not in _COMPILED}
+    done, _ = concurrent.futures.wait(futures, timeout=timeout)
+    return {futures[f]: f.result() for f in done if f.exception() is None and f.result() is not None}
 
 
 @functools.cache
@@ -87,8 +126,12 @@ def _log(prog) -> str:
 
 
 def compile_cuda(source: str, arch: str, name: str = "tlmir") -> Binary:
-    """Compile CUDA C `source` for `arch` (`sm_90`): PTX, cubin and each kernel's resources."""
+    """Compile CUDA C `source` for `arch` (`sm_90`): PTX, cubin and each kernel's resources
+    (compiled ahead by `compile_many` and `remember`ed: that binary)."""
     import time
+    ahead = _COMPILED.get(_memo_key(source, arch))
+    if ahead is not None:
+        return ahead
     nv = _nvrtc()
     version()
     if arch not in supported_archs():

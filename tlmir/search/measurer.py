@@ -5,13 +5,19 @@ against the reference and times. A crash or hang costs that candidate only: the 
 is restarted and the task's arrays are sent again. A GPU target is measured the same way:
 the worker holds the CUDA context, a kernel that faults is a failed trial and the worker
 rebuilds the context (codegen_cuda.driver), and one that takes the process down is a crash.
+GPU programs spend most of a trial in ptxas, so `prepare` compiles a round's programs in a
+pool of processes first and hands the binaries to the worker.
 """
 from __future__ import annotations
+
+import concurrent.futures
+import multiprocessing
+import os
 
 import numpy as np
 
 from ..build import reference_outputs
-from ..errors import NoDeviceError
+from ..errors import NoDeviceError, TlmirError
 from ..ir.stmt import PrimFunc
 from ..runtime import gpu
 from ..runtime.measure import MeasureResult, measure_in_process
@@ -30,6 +36,12 @@ def _load(key: str, inputs: list, expected: list) -> bool:
     return True
 
 
+def _remember(binaries: dict) -> int:
+    from ..codegen_cuda.nvrtc import remember
+    remember(binaries)
+    return len(binaries)
+
+
 def _measure(key: str, func: PrimFunc, repeat: int, num_threads: int | None, cutoff: float | None,
              hw: HardwareParams | None = None):
     if key not in _TASK_ARRAYS:
@@ -44,10 +56,13 @@ class Measurer:
     """Builds, verifies and times candidate programs out of process."""
 
     def __init__(self, timeout: float = 30.0, repeat: int = 5, num_threads: int | None = None,
-                 hw: HardwareParams | None = None):
+                 hw: HardwareParams | None = None, compile_workers: int | None = None):
         """`hw`: the target the programs are compiled for (default: this host). A GPU target
-        needs a GPU here: NoDeviceError says so before any worker starts."""
+        needs a GPU here: NoDeviceError says so before any worker starts. `compile_workers`:
+        processes that compile a round of GPU programs ahead (default: one per core)."""
         self.timeout, self.repeat, self.num_threads, self.hw = timeout, repeat, num_threads, hw
+        self.compile_workers = compile_workers if compile_workers is not None else (os.cpu_count() or 1)
+        self._compile_pool: concurrent.futures.Executor | None = None
         kind = hw.kind if hw is not None else "cpu"
         if kind == "cuda":
             try:
@@ -64,6 +79,28 @@ class Measurer:
             inputs = task.random_inputs(seed=0)
             self._arrays = {task.key: (inputs, reference_outputs(task, inputs))}
         return self._arrays[task.key]
+
+    def prepare(self, funcs: list[PrimFunc]) -> int:
+        """Compile a round of GPU programs ahead, `compile_workers` at a time, and give the
+        worker their binaries; how many it got (0 for a CPU target, where LLVM is quick)."""
+        if self.hw is None or self.hw.kind != "cuda" or self.compile_workers < 2 or len(funcs) < 2:
+            return 0
+        from ..codegen_cuda.nvrtc import compile_many
+        from ..codegen_cuda.render import render
+        sources = []
+        for f in funcs:
+            try:
+                sources.append(render(f).source)
+            except TlmirError:
+                pass  # its trial renders it again and fails there
+        if self._compile_pool is None:
+            self._compile_pool = concurrent.futures.ProcessPoolExecutor(
+                self.compile_workers, mp_context=multiprocessing.get_context("spawn"))
+        binaries = compile_many(sources, self.hw.isa, self._compile_pool, timeout=self.timeout)
+        if not binaries:
+            return 0
+        res = self.worker.run(_remember, binaries, timeout=self.timeout)
+        return res.value if res.ok else 0
 
     def measure(self, task: Task, func: PrimFunc, cutoff: float | None = None) -> MeasureResult:
         """`cutoff`: seconds beyond which one run suffices (e.g. a multiple of the best so far)."""
@@ -86,3 +123,6 @@ class Measurer:
 
     def close(self) -> None:
         self.worker.close()
+        if self._compile_pool is not None:
+            self._compile_pool.shutdown(wait=False, cancel_futures=True)
+            self._compile_pool = None

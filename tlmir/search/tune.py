@@ -206,7 +206,9 @@ class TaskTuner:
     def step(self, n: int, progress: Progress | None = None, done_before: int = 0) -> int:
         t0 = time.perf_counter()
         measured = []
-        for cand in self.search.propose(n):
+        cands = self.search.propose(n)
+        self.measurer.prepare([c.func for c in cands if c.func is not None])
+        for cand in cands:
             rec = measure_candidate(self.measurer, self.task, cand, self.result.best_seconds, self.hw, self.sp,
                                     self.strategy, len(self.result.curve))
             self.db.append(rec)
