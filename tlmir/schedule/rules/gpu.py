@@ -118,6 +118,9 @@ class _Limits:
         self.op, self.hw = op, hw
         self.vthreads = self.threads = self.acc = 1
         self.spans: dict = {}
+        # an axis's tile options share few spans (the divisors of its extent), and bounding
+        # the shared copies symbolically is the slow part of building a GPU schedule
+        self._fits_memo: dict = {}
 
     def fits_spatial(self, axis, f: tuple) -> bool:
         hw = self.hw
@@ -131,7 +134,11 @@ class _Limits:
     def _shared_fits(self, axis, span: int) -> bool:
         if not self.op.reduce_axis:
             return True
-        return shared_bytes(self.op, {**self.spans, id(axis): span}) <= self.hw.max_shared_kb * 1024
+        key = (id(axis), span, tuple(self.spans.items()))
+        if key not in self._fits_memo:
+            used = shared_bytes(self.op, {**self.spans, id(axis): span})
+            self._fits_memo[key] = used <= self.hw.max_shared_kb * 1024
+        return self._fits_memo[key]
 
     def take_spatial(self, axis, f: tuple) -> None:
         self.vthreads *= f[VTHREAD]
