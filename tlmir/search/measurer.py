@@ -17,9 +17,10 @@ import os
 import numpy as np
 
 from ..build import reference_outputs
-from ..errors import NoDeviceError, TlmirError
+from ..errors import NoDeviceError
 from ..ir.stmt import PrimFunc
 from ..runtime import gpu
+from ..runtime.backend import backend_for
 from ..runtime.measure import MeasureResult, measure_in_process
 from ..runtime.target import HardwareParams
 from ..runtime.task import Task
@@ -36,9 +37,8 @@ def _load(key: str, inputs: list, expected: list) -> bool:
     return True
 
 
-def _remember(binaries: dict) -> int:
-    from ..codegen_cuda.nvrtc import remember
-    remember(binaries)
+def _remember(hw: HardwareParams, binaries: dict) -> int:
+    backend_for(hw).remember(binaries)
     return len(binaries)
 
 
@@ -85,21 +85,13 @@ class Measurer:
         worker their binaries; how many it got (0 for a CPU target, where LLVM is quick)."""
         if self.hw is None or self.hw.kind != "cuda" or self.compile_workers < 2 or len(funcs) < 2:
             return 0
-        from ..codegen_cuda.nvrtc import compile_many
-        from ..codegen_cuda.render import render
-        sources = []
-        for f in funcs:
-            try:
-                sources.append(render(f).source)
-            except TlmirError:
-                pass  # its trial renders it again and fails there
         if self._compile_pool is None:
             self._compile_pool = concurrent.futures.ProcessPoolExecutor(
                 self.compile_workers, mp_context=multiprocessing.get_context("spawn"))
-        binaries = compile_many(sources, self.hw.isa, self._compile_pool, timeout=self.timeout)
+        binaries = backend_for(self.hw).compile_ahead(funcs, self.hw, self._compile_pool, timeout=self.timeout)
         if not binaries:
             return 0
-        res = self.worker.run(_remember, binaries, timeout=self.timeout)
+        res = self.worker.run(_remember, self.hw, binaries, timeout=self.timeout)
         return res.value if res.ok else 0
 
     def measure(self, task: Task, func: PrimFunc, cutoff: float | None = None) -> MeasureResult:
