@@ -51,6 +51,25 @@ def test_batched_generation_matches_its_own_kv_cache_free_scores():
     assert all(g.trace == one[0].trace for g in many)
 
 
+def test_a_programs_logprob_is_the_models_likelihood_of_its_answers():
+    """What generation records of each program (the pool's second ranking) is what the model,
+    reading the whole sentence at once, gives its answers: every answer word, the sketch id
+    included, and nothing else (the sentence's closing </s> is not sampled)."""
+    from tlmir.lm.sft import answer_flags
+    task = Task.from_op(ops.conv2d_bias_relu(1, 4, 8, 8, 8, 3, 3, padding=1))
+    tok = build_tokenizer([task], HW)
+    model = _random_model(tok, seed=5).eval()
+    res = Generator(model, tok, HW, Sampling(temperature=1.0), seed=2).generate(task, 4, batch_size=4)
+    for g in res:
+        ids = tok.encode(g.sentence.split())
+        words = [tok.word(i) for i in ids]
+        with torch.no_grad():
+            logp = torch.log_softmax(model(torch.tensor([ids[:-1]]))[0][0], -1)
+        want = sum(float(logp[t - 1, ids[t]]) for t in range(1, len(ids))
+                   if answer_flags(words)[t] and words[t] != "</s>")
+        assert g.logprob < 0 and abs(g.logprob - want) < 1e-3 * abs(want)
+
+
 def test_unconstrained_sampling_reports_malformed_sentences():
     task = Task.from_op(ops.matmul(16, 16, 16))
     tok = build_tokenizer([task], HW)

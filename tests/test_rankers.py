@@ -72,9 +72,13 @@ def test_a_bad_strategy_or_cost_model_is_named(spec, message):
         parse_strategy(spec)
 
 
-def test_ranked_tlm_measures_the_evaluators_top_picks():
+@pytest.mark.parametrize("likelihood", [0.0, 1.0])
+def test_ranked_tlm_measures_the_top_picks_of_its_pool(likelihood):
+    """Weight 0: the evaluator's top picks; otherwise the top of evaluator rank + weight x
+    likelihood rank."""
     task = Task.from_op(ops.dense(16, 64, 64))
-    space = SearchSpace(task.outputs, host_hardware(), SearchParams(tlm_rank_per_slot=8))
+    space = SearchSpace(task.outputs, host_hardware(), SearchParams(tlm_rank_per_slot=8,
+                                                                    tlm_rank_likelihood=likelihood))
     search = make_strategy("tlm", space, task, seed=0)
     pools = []
     write = search._write
@@ -83,7 +87,13 @@ def test_ranked_tlm_measures_the_evaluators_top_picks():
     assert len(pools) == 1 and len(pools[0]) > 3 and len(picks) == 3
     scores = search.ranker.score(pools[0])
     assert np.isfinite(scores).sum() >= 3
-    assert sorted(search.ranker.score(picks), reverse=True) == sorted(scores, reverse=True)[:3]
+    if likelihood:
+        like = np.array([search.logprob[c.key] for c in pools[0]])
+        assert np.all(like < 0) and len(set(like)) > 1
+        rank = lambda x: np.argsort(np.argsort(x, kind="stable"), kind="stable")  # noqa: E731
+        scores = rank(scores) + likelihood * rank(like)
+    by_key = dict(zip((c.key for c in pools[0]), scores))
+    assert sorted((by_key[c.key] for c in picks), reverse=True) == sorted(scores, reverse=True)[:3]
     assert make_strategy("tlm@none", space, task).ranker is None
 
 

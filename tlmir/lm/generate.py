@@ -80,6 +80,7 @@ class _Batcher:
         self.pending: dict[int, _Request] = {}
         self.active: set[int] = set()
         self.decisions = 0
+        self.logprob: dict[int, float] = {}  # row -> log-likelihood of its tokens so far
 
     def submit(self, row: int, req: _Request) -> None:
         with self.cv:
@@ -98,8 +99,11 @@ class _Batcher:
             batch, self.pending = self.pending, {}
             return batch
 
-    def pick(self, logits: torch.Tensor, allowed: list[int]) -> int:
-        return sample_token(logits, allowed, self.sampling, self.rng)
+    def pick(self, logits: torch.Tensor, allowed: list[int], row: int) -> int:
+        """Sample the row's next token and add its log-likelihood under the unmasked model."""
+        tok = sample_token(logits, allowed, self.sampling, self.rng)
+        self.logprob[row] = self.logprob.get(row, 0.0) + float(torch.log_softmax(logits.float(), 0)[tok])
+        return tok
 
 
 def sample_token(logits: torch.Tensor, allowed: list[int], s: Sampling, rng: torch.Generator) -> int:
@@ -128,6 +132,7 @@ class Generated:
     schedule: object | None
     sentence: str
     error: str | None = None
+    logprob: float = 0.0  # the model's log-likelihood of the answers it gave (unmasked, T = 1)
 
 
 class Generator:
@@ -164,7 +169,7 @@ class Generator:
         batcher = _Batcher(self.model, self.tok, self.sampling, self.rng)
         sketch_ids = [self.tok.encode([str(i)])[0] for i in range(len(space.sketches))]
         vocab = list(range(self.tok.vocab_size))
-        starts = [batcher.pick(first, sketch_ids if masked else vocab) for _ in range(b)]
+        starts = [batcher.pick(first, sketch_ids if masked else vocab, r) for r in range(b)]
         feed: list[list[int]] = [[t] for t in starts]  # tokens chosen but not yet fed
         results: list = [None] * b
         batcher.active = set(range(b))
@@ -175,7 +180,7 @@ class Generator:
                     raise LanguageError(f"the model began the decisions with "
                                         f"{self.tok.word(starts[row])!r}, not a sketch number")
                 sch, trace = space.apply(sketch_ids.index(starts[row]), LMDecider(batcher, row))
-                results[row] = Generated(trace, sch, "")
+                results[row] = Generated(trace, sch, "", logprob=batcher.logprob[row])
             except TlmirError as e:  # cannot happen for valid spaces; reported, not hidden
                 results[row] = Generated(None, None, "", f"{type(e).__name__}: {e}")
             finally:
@@ -229,7 +234,7 @@ class Generator:
                 depth = len(chosen[r])
                 opts = reqs[r].options
                 allowed = sorted({opts[i][depth] for i in live[r]}) if masked else vocab
-                tok = batcher.pick(logits[r], allowed)
+                tok = batcher.pick(logits[r], allowed, r)
                 chosen[r].append(tok)
                 live[r] = [i for i in live[r] if opts[i][depth] == tok]
                 feed[r] = [tok]

@@ -63,6 +63,7 @@ class TLMSearch(RandomSearch):
                        if greedy_first else None)
         self.ranker = WorldRanker(space, task, seed) if ranked else None
         self.measured: list[tuple[Candidate, float]] = []  # ranked: (candidate, throughput), to fine-tune
+        self.logprob: dict[str, float] = {}  # candidate key -> the model's log-likelihood of its answers
 
     def _generate(self, n: int, exclude: set) -> list[Candidate]:
         """Up to n distinct TLM programs whose traces are not in `exclude`: the first n
@@ -71,8 +72,20 @@ class TLMSearch(RandomSearch):
             return self._write(n, exclude)
         sp = self.space.sp
         pool = self._write(max(n, min(n * sp.tlm_rank_per_slot, sp.tlm_rank_max)), exclude, draws=2)
-        order = np.argsort(-self.ranker.score(pool), kind="stable")
+        order = np.argsort(-self.rank_scores(pool), kind="stable")
         return [pool[i] for i in order[:n]]
+
+    def rank_scores(self, pool: list[Candidate]) -> np.ndarray:
+        """The pool's order: the evaluator's rank of each program plus `tlm_rank_likelihood`
+        x its rank by the model's likelihood. Neither alone finds the pool's fastest
+        programs well; programs both rate high are faster (docs/model.md, "Picking from
+        the pool")."""
+        world = self.ranker.score(pool)
+        weight = self.space.sp.tlm_rank_likelihood
+        if weight == 0 or len(pool) < 2:
+            return world
+        like = np.array([self.logprob.get(c.key, -np.inf) for c in pool])
+        return _ranks(world) + weight * _ranks(like)
 
     def _write(self, n: int, exclude: set, draws: int = 4) -> list[Candidate]:
         """Up to n distinct programs the TLM writes (greedy first, if it has not yet), in
@@ -99,6 +112,7 @@ class TLMSearch(RandomSearch):
             cand = make_candidate(self.space, self.args, (g.schedule, g.trace))
             if cand.key not in exclude:
                 out.setdefault(cand.key, cand)
+                self.logprob.setdefault(cand.key, g.logprob)
         return out
 
     def propose(self, n: int) -> list[Candidate]:
@@ -114,6 +128,13 @@ class TLMSearch(RandomSearch):
         if self.ranker is not None:
             self.measured += [(c, 1.0 / s if s else 0.0) for c, s in measured if c.func is not None]
             self.ranker.fit(self.measured)
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    """0 for the lowest value ... n - 1 for the highest (ties in order)."""
+    out = np.empty(len(x))
+    out[np.argsort(x, kind="stable")] = np.arange(len(x))
+    return out
 
 
 class TLMEvolutionarySearch(EvolutionarySearch):

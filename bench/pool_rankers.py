@@ -1,0 +1,123 @@
+"""Which ranker picks best from a TLM pool: offline, on bench/tlm_ceiling.py's random draws.
+
+    .venv/bin/python bench/pool_rankers.py runs/ceiling.db [runs/ceiling-train.db ...] \
+        [--model default] [--world NAME=DIR ...] [--k 2 10]
+
+The `pool-random` records of tlm_ceiling.py are a uniform sample of the programs the
+TLM writes for a task, each measured. A ranker is scored as the search uses it: of each
+task's sample, the best measured throughput among the ranker's top k, over the best of
+the whole sample (1 = it picks the sample's best; geometric mean over tasks), with the
+Spearman correlation of score and throughput beside it. Rankers:
+
+- world: the world-model evaluator(s) (`--world`, default the shipped one);
+- likelihood: the TLM's log-likelihood of the program's answers (sum, and mean per
+  answer token): does the fine-tuned model know which of its programs are good?
+- world+likelihood: the sum of the two rank orders;
+- random: the expected value over random orders (k / n of the sample's best... estimated
+  by 200 shuffles).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from tlmir.lm.registry import passive_openmp  # noqa: E402
+
+
+def answer_logprobs(model_name: str, sentences: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(sum, mean per answer token) of each sentence's answer log-likelihood under the TLM."""
+    import torch
+    import torch.nn.functional as F
+    from tlmir.lm.sft import answer_flags
+    from tlmir.lm.tlm_search import cached_model
+    model, tok, _ = cached_model(model_name)
+    tot, mean = [], []
+    with torch.no_grad():
+        for i in range(0, len(sentences), 64):
+            seqs = [tok.encode_demonstration(s) for s in sentences[i:i + 64]]
+            width = max(len(s) for s in seqs) - 1
+            x = torch.full((len(seqs), width), tok.pad_id, dtype=torch.long)
+            y = torch.full((len(seqs), width), -100, dtype=torch.long)
+            for r, s in enumerate(seqs):
+                flags = answer_flags([tok.word(t) for t in s])[1:]
+                x[r, :len(s) - 1] = torch.tensor(s[:-1])
+                y[r, :len(s) - 1] = torch.tensor([t if f else -100 for t, f in zip(s[1:], flags)])
+            logits, _ = model(x)
+            nll = F.cross_entropy(logits.transpose(1, 2), y, ignore_index=-100, reduction="none")
+            n = (y != -100).sum(1).clamp(min=1)
+            tot += (-nll.sum(1)).tolist()
+            mean += (-nll.sum(1) / n).tolist()
+    return np.array(tot), np.array(mean)
+
+
+def pick_ratio(scores: np.ndarray, thr: np.ndarray, k: int) -> float:
+    order = np.argsort(-scores, kind="stable")
+    return float(thr[order[:k]].max() / thr.max())
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def main() -> None:
+    passive_openmp()
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("dbs", nargs="+")
+    p.add_argument("--model", default="default")
+    p.add_argument("--world", nargs="*", default=["world=default"])
+    p.add_argument("--k", nargs="+", type=int, default=[2, 10])
+    a = p.parse_args()
+
+    from tlmir.runtime.records import read_records
+    from tlmir.search.rankers import cached_evaluator
+    from tlmir.search.world_train import programs_from_records
+    from tlmir.workloads import split_tasks
+
+    tasks = {t.key: t for s in ("train", "held-out") for t in split_tasks(s)}
+    recs = [r for r in read_records(a.dbs) if r.strategy == "pool-random"]
+    by_task: dict[str, list] = {}
+    for r in recs:
+        by_task.setdefault(r.task_key, []).append(r)
+    evaluators = {}
+    for spec in a.world:
+        name, _, path = spec.partition("=")
+        evaluators[name] = cached_evaluator(path or name)
+    results: dict[str, dict[int, list[float]]] = {}
+    rhos: dict[str, list[float]] = {}
+    rng = np.random.default_rng(0)
+    for key, task_recs in by_task.items():
+        progs = programs_from_records(task_recs, tasks)
+        thr = np.array([1.0 / q.seconds if q.seconds else 0.0 for q in progs])
+        if len(progs) < 12 or thr.max() <= 0:
+            continue
+        rankers = {name: ev.score_programs(progs) for name, ev in evaluators.items()}
+        tot, mean = answer_logprobs(a.model, [q.sentence for q in progs])
+        rankers["likelihood sum"], rankers["likelihood mean"] = tot, mean
+        first = next(iter(evaluators))
+        rank = lambda s: np.argsort(np.argsort(s))  # noqa: E731
+        rankers[f"{first}+likelihood"] = rank(rankers[first]) + rank(tot)
+        for name, s in rankers.items():
+            for k in a.k:
+                results.setdefault(name, {}).setdefault(k, []).append(pick_ratio(s, thr, k))
+            rhos.setdefault(name, []).append(spearman(s, thr))
+        for k in a.k:
+            results.setdefault("random", {}).setdefault(k, []).append(
+                float(np.mean([pick_ratio(rng.random(len(thr)), thr, k) for _ in range(200)])))
+        rhos.setdefault("random", []).append(0.0)
+    n = len(rhos.get("random", []))
+    print(f"{n} tasks, {len(recs)} random pool programs; best of the ranker's top k / best of the sample "
+          f"(geometric mean), median Spearman")
+    for name, by_k in results.items():
+        cells = "  ".join(f"top{k} {math.exp(np.mean(np.log(np.maximum(v, 1e-6)))):.3f}" for k, v in by_k.items())
+        print(f"{name:<22} {cells}  rho {np.median(rhos[name]):+.2f}")
+
+
+if __name__ == "__main__":
+    main()
