@@ -11,6 +11,9 @@ the model learned to avoid them. Evolutionary search re-explores each task under
 code generator; its records join the demonstrations like the iterate run's own
 (`tlmir train sft --records`, or imported into the iterate run's database).
 
+`--strategy tlm+evolutionary` starts each search from the shipped TLM's programs, so
+its demonstrations improve on what the model already writes rather than on random ones.
+
 Tasks run smallest first, each to --trials measurements; a rerun resumes from the
 database. With --archive the database is exported after every task (kept in the repository).
 """
@@ -29,6 +32,9 @@ def main() -> None:
     p.add_argument("--db", required=True, help="records database (resumes)")
     p.add_argument("--archive", help="export the database here (.jsonl.xz) after every task")
     p.add_argument("--trials", type=int, default=64)
+    p.add_argument("--strategy", default="evolutionary",
+                   help="evolutionary, or tlm+evolutionary: the shipped TLM writes the first round "
+                        "and seeds the population")
     p.add_argument("--iterate", default="runs/iterate", help="the iterate run whose tasks are searched")
     p.add_argument("--archive-of-iterate", default="data/iterate",
                    help="where the iterate run's task list is read when --iterate has none")
@@ -44,7 +50,7 @@ def main() -> None:
     print(f"{len(tasks)} tasks match {a.match!r}", flush=True)
     with RecordDB(a.db) as db:
         for i, task in enumerate(tasks):
-            res = tune(task, trials=a.trials, strategy="evolutionary", db=db, progress=False)
+            res = tune(task, trials=a.trials, strategy=a.strategy, db=db, progress=False)
             print(f"[{i + 1}/{len(tasks)}] {task.name}: {res.measurements} measured, best "
                   f"{task.flops / res.best_seconds / 1e9:.1f} GFLOP/s", flush=True)
             if a.archive:

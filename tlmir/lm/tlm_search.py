@@ -76,10 +76,9 @@ class TLMSearch(RandomSearch):
         return [pool[i] for i in order[:n]]
 
     def rank_scores(self, pool: list[Candidate]) -> np.ndarray:
-        """The pool's order: the evaluator's rank of each program plus `tlm_rank_likelihood`
-        x its rank by the model's likelihood. Neither alone finds the pool's fastest
-        programs well; programs both rate high are faster (docs/model.md, "Picking from
-        the pool")."""
+        """The pool's order: the evaluator's score, or with `tlm_rank_likelihood` > 0 its rank
+        plus that weight x the rank by the model's likelihood of each program (measured
+        no better at weight 1 with today's model: docs/model.md, "Picking from the pool")."""
         world = self.ranker.score(pool)
         weight = self.space.sp.tlm_rank_likelihood
         if weight == 0 or len(pool) < 2:

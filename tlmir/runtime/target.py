@@ -157,8 +157,8 @@ class SearchParams:
     tlm_temperature: float = 1.0       # sampling temperature of the tlm strategies (first program: greedy)
     tlm_rank_per_slot: int = 64        # tlm ranked by the world model: samples written per program measured
     tlm_rank_max: int = 1024           # ... and at most this many per round
-    tlm_rank_likelihood: float = 1.0   # ... picked by the evaluator's rank + this x the rank by the
-                                       # model's likelihood of the program (0: the evaluator alone)
+    tlm_rank_likelihood: float = 0.0   # > 0: picked by the evaluator's rank + this x the rank by the
+                                       # model's likelihood of the program (1: no better, docs/model.md)
     world_finetune_steps: int = 20     # world cost model: fine-tuning steps per round of measurements
 
     def __post_init__(self):
