@@ -14,7 +14,7 @@ code generator; its records join the demonstrations like the iterate run's own
 `--strategy tlm+evolutionary` starts each search from the shipped TLM's programs, so
 its demonstrations improve on what the model already writes rather than on random ones.
 
-Tasks run smallest first, each to --trials measurements; a rerun resumes from the
+Tasks run smallest first (with --interleave, the categories take turns), each to --trials measurements; a rerun resumes from the
 database. With --archive the database is exported after every task (kept in the repository).
 """
 from __future__ import annotations
@@ -35,6 +35,9 @@ def main() -> None:
     p.add_argument("--strategy", default="evolutionary",
                    help="evolutionary, or tlm+evolutionary: the shipped TLM writes the first round "
                         "and seeds the population")
+    p.add_argument("--interleave", action="store_true",
+                   help="take the categories (tlmir.evaluate.category) in turns, each smallest first, "
+                        "so a run cut short has searched some of every one")
     p.add_argument("--iterate", default="runs/iterate", help="the iterate run whose tasks are searched")
     p.add_argument("--archive-of-iterate", default="data/iterate",
                    help="where the iterate run's task list is read when --iterate has none")
@@ -47,6 +50,13 @@ def main() -> None:
     pattern = re.compile(a.match)
     tasks = sorted((t for t in split_tasks("train") if t.key in keys and pattern.search(t.name)),
                    key=lambda t: (t.flops, t.key))
+    if a.interleave:
+        from tlmir.evaluate import category
+        queues: dict[str, list] = {}
+        for t in tasks:
+            queues.setdefault(category(t), []).append(t)
+        tasks = [q[i] for i in range(max(map(len, queues.values()), default=0)) for q in queues.values()
+                 if i < len(q)]
     print(f"{len(tasks)} tasks match {a.match!r}", flush=True)
     with RecordDB(a.db) as db:
         for i, task in enumerate(tasks):

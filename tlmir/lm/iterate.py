@@ -76,6 +76,29 @@ class IterateConfig:
     seed: int = 0
 
 
+def best_demonstrations(records, tasks: dict, hw: HardwareParams, slack: float) -> list[dict]:
+    """Per task of `tasks` (key -> Task), in that order: the fastest verified program of the
+    records measured on `hw`, plus each other sketch's fastest within `slack` x of it, as
+    {key, task, sentence, seconds} rows (what `tlmir train sft --data` reads)."""
+    best: dict[str, dict[int, tuple[float, str]]] = {}
+    for rec in records:
+        if rec.ok and rec.hw_key == hw.key and rec.task_key in tasks:
+            per_sketch = best.setdefault(rec.task_key, {})
+            sketch = json.loads(rec.trace)["sketch"]
+            if sketch not in per_sketch or rec.best < per_sketch[sketch][0]:
+                per_sketch[sketch] = (rec.best, rec.trace)
+    out = []
+    for key, task in tasks.items():
+        if key not in best:
+            continue
+        top = min(s for s, _ in best[key].values())
+        for s, trace in sorted(best[key].values()):
+            if s <= top * slack:
+                out.append({"key": key, "task": task.name, "seconds": s,
+                            "sentence": trace_to_sentence(task, hw, Trace.from_json(trace))})
+    return out
+
+
 def by_type(tasks: list) -> list:
     """`tasks` sorted by type, then FLOPs, then key."""
     return sorted(tasks, key=lambda t: (task_type(t), t.flops, t.key))
@@ -256,21 +279,8 @@ class Iteration:
     def demonstrations(self) -> list[dict]:
         """The best program per task, plus each sketch's best within `demo_sketch_slack`
         ({key, task, sentence, seconds}, the format `tlmir train sft --data` reads)."""
-        out = []
-        for key, task in self.tasks.items():
-            best: dict[int, tuple[float, str]] = {}
-            for rec in self.db.records(key, self.hw.key, ok_only=True):
-                sketch = json.loads(rec.trace)["sketch"]
-                if sketch not in best or rec.best < best[sketch][0]:
-                    best[sketch] = (rec.best, rec.trace)
-            if not best:
-                continue
-            top = min(s for s, _ in best.values())
-            for s, trace in sorted(best.values()):
-                if s <= top * self.cfg.demo_sketch_slack:
-                    out.append({"key": key, "task": task.name, "seconds": s,
-                                "sentence": trace_to_sentence(task, self.hw, Trace.from_json(trace))})
-        return out
+        return best_demonstrations(self.db.records(hw_key=self.hw.key, ok_only=True), self.tasks, self.hw,
+                                   self.cfg.demo_sketch_slack)
 
     def training_sentences(self) -> tuple[list[str], dict | None]:
         """(sentences, quality config) the next fine-tuning learns from: the demonstrations
