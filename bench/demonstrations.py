@@ -5,6 +5,10 @@
         --out runs/demos-evo.jsonl
     tlmir train sft --data runs/demos-evo.jsonl --model base --out runs/tlm-evo
 
+With `--base FILE --update ARCHIVE`, FILE's demonstrations are kept but for the tasks
+ARCHIVE has records of, which are recomputed (e.g. the shipped model's demonstrations with
+the tasks a new search covered brought up to date).
+
 The rule is the iterate run's own (`tlmir.lm.iterate.best_demonstrations`): per task, the
 fastest verified program measured on this host, plus each other sketch's fastest within
 --slack x of it, over every archive given. Other searches of the same training tasks
@@ -22,6 +26,9 @@ def main() -> None:
     p.add_argument("--records", nargs="+", required=True, help="record archives (.db, .jsonl, .jsonl.xz)")
     p.add_argument("--out", required=True, help="demonstrations .jsonl")
     p.add_argument("--slack", type=float, default=1.5)
+    p.add_argument("--base", help="demonstrations kept as they are, but for the tasks --update has records of")
+    p.add_argument("--update", nargs="+", default=[],
+                   help="with --base: archives whose tasks get their demonstrations recomputed from --records")
     p.add_argument("--iterate", default="runs/iterate", help="the iterate run whose tasks are kept")
     p.add_argument("--archive-of-iterate", default="data/iterate")
     a = p.parse_args()
@@ -33,7 +40,13 @@ def main() -> None:
     train = {t.key: t for t in split_tasks("train")}
     tasks = {k: train[k] for k in keys if k in train}
     records = list(read_records(a.records))
-    demos = best_demonstrations(records, tasks, host_hardware(), a.slack)
+    kept = []
+    if a.base:
+        updated = {r.task_key for r in read_records(a.update)}
+        with open(a.base) as fh:
+            kept = [d for d in map(json.loads, fh) if d["key"] not in updated]
+        tasks = {k: t for k, t in tasks.items() if k in updated}
+    demos = kept + best_demonstrations(records, tasks, host_hardware(), a.slack)
     with open(a.out, "w") as fh:
         fh.writelines(json.dumps(d) + "\n" for d in demos)
     source = {(r.task_key, r.best): r.strategy for r in records if r.ok}
