@@ -32,28 +32,11 @@ from tlmir.lm.registry import passive_openmp  # noqa: E402
 
 def answer_logprobs(model_name: str, sentences: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """(sum, mean per answer token) of each sentence's answer log-likelihood under the TLM."""
-    import torch
-    import torch.nn.functional as F
-    from tlmir.lm.sft import answer_flags
+    from tlmir.lm.sft import answer_nll_per_sentence
     from tlmir.lm.tlm_search import cached_model
     model, tok, _ = cached_model(model_name)
-    tot, mean = [], []
-    with torch.no_grad():
-        for i in range(0, len(sentences), 64):
-            seqs = [tok.encode_demonstration(s) for s in sentences[i:i + 64]]
-            width = max(len(s) for s in seqs) - 1
-            x = torch.full((len(seqs), width), tok.pad_id, dtype=torch.long)
-            y = torch.full((len(seqs), width), -100, dtype=torch.long)
-            for r, s in enumerate(seqs):
-                flags = answer_flags([tok.word(t) for t in s])[1:]
-                x[r, :len(s) - 1] = torch.tensor(s[:-1])
-                y[r, :len(s) - 1] = torch.tensor([t if f else -100 for t, f in zip(s[1:], flags)])
-            logits, _ = model(x)
-            nll = F.cross_entropy(logits.transpose(1, 2), y, ignore_index=-100, reduction="none")
-            n = (y != -100).sum(1).clamp(min=1)
-            tot += (-nll.sum(1)).tolist()
-            mean += (-nll.sum(1) / n).tolist()
-    return np.array(tot), np.array(mean)
+    per = answer_nll_per_sentence(model, tok, sentences, batch_size=64)
+    return np.array([-t for t, _ in per]), np.array([-t / max(n, 1) for t, n in per])
 
 
 def pick_ratio(scores: np.ndarray, thr: np.ndarray, k: int) -> float:

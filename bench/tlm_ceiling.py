@@ -39,19 +39,11 @@ def unseen_train_tasks() -> list:
     """Per category of the training split, the median-FLOP task of at most 1 GFLOP (as
     iterate's) that no archive has records of."""
     import glob
-    from tlmir.evaluate import category
+    from tlmir.evaluate import median_per_category
     from tlmir.runtime.records import read_records
     from tlmir.workloads import split_tasks
     seen = {r.task_key for r in read_records(sorted(glob.glob("data/*/*.jsonl.xz")))}
-    groups: dict = {}
-    for t in split_tasks("train"):
-        if t.key not in seen and t.flops <= 1e9:
-            groups.setdefault(category(t), []).append(t)
-    out = []
-    for cat in sorted(groups):
-        ts = sorted(groups[cat], key=lambda t: (t.flops, t.key))
-        out.append(ts[(len(ts) - 1) // 2])
-    return out
+    return median_per_category([t for t in split_tasks("train") if t.key not in seen and t.flops <= 1e9])
 
 
 def pool_task(task, hw, sp, db, measurer, args) -> dict:

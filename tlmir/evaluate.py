@@ -64,8 +64,13 @@ def category(task: Task) -> str:
 def representative_tasks(split: str = "held-out") -> list[Task]:
     """The median-FLOP task of every category of the split, in category order."""
     from .workloads import split_tasks
+    return median_per_category(split_tasks(split))
+
+
+def median_per_category(tasks: list[Task]) -> list[Task]:
+    """The median-FLOP task of every category among `tasks`, in category order."""
     groups: dict[str, list[Task]] = {}
-    for t in split_tasks(split):
+    for t in tasks:
         groups.setdefault(category(t), []).append(t)
     out = []
     for cat in sorted(groups):

@@ -51,8 +51,17 @@ def answer_mask(tok: Tokenizer) -> Callable[[list[int]], list[bool]]:
 @torch.no_grad()
 def answer_nll(model, tok: Tokenizer, sentences: Sequence[str], batch_size: int = 32) -> float:
     """Mean negative log-likelihood (nats per answer token) of the sentences' answers."""
+    per = answer_nll_per_sentence(model, tok, sentences, batch_size)
+    count = sum(n for _, n in per)
+    return sum(t for t, _ in per) / count if count else math.nan
+
+
+@torch.no_grad()
+def answer_nll_per_sentence(model, tok: Tokenizer, sentences: Sequence[str],
+                            batch_size: int = 32) -> list[tuple[float, int]]:
+    """Per sentence: (negative log-likelihood of its answers in nats, answer tokens)."""
     model.eval()
-    total, count = 0.0, 0
+    out: list[tuple[float, int]] = []
     for i in range(0, len(sentences), batch_size):
         seqs = [tok.encode_demonstration(s) for s in sentences[i:i + batch_size]]
         width = max(len(s) for s in seqs) - 1
@@ -63,10 +72,9 @@ def answer_nll(model, tok: Tokenizer, sentences: Sequence[str], batch_size: int 
             x[r, :len(s) - 1] = torch.tensor(s[:-1])
             y[r, :len(s) - 1] = torch.tensor([t if f else -100 for t, f in zip(s[1:], flags)])
         logits, _ = model(x)
-        total += float(F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1),
-                                       ignore_index=-100, reduction="sum"))
-        count += int((y != -100).sum())
-    return total / count if count else math.nan
+        nll = F.cross_entropy(logits.transpose(1, 2), y, ignore_index=-100, reduction="none").sum(1)
+        out += [(float(v), int(n)) for v, n in zip(nll, (y != -100).sum(1))]
+    return out
 
 
 def _prompt_words(sentences: Sequence[str]) -> set[str]:
