@@ -63,10 +63,10 @@ def test_a_programs_logprob_is_the_models_likelihood_of_its_answers():
     for g in res:
         ids = tok.encode(g.sentence.split())
         words = [tok.word(i) for i in ids]
+        flags = answer_flags(words)
         with torch.no_grad():
             logp = torch.log_softmax(model(torch.tensor([ids[:-1]]))[0][0], -1)
-        want = sum(float(logp[t - 1, ids[t]]) for t in range(1, len(ids))
-                   if answer_flags(words)[t] and words[t] != "</s>")
+        want = sum(float(logp[t - 1, ids[t]]) for t in range(1, len(ids)) if flags[t] and words[t] != "</s>")
         assert g.logprob < 0 and abs(g.logprob - want) < 1e-3 * abs(want)
 
 

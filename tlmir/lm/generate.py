@@ -99,11 +99,16 @@ class _Batcher:
             batch, self.pending = self.pending, {}
             return batch
 
-    def pick(self, logits: torch.Tensor, allowed: list[int], row: int) -> int:
-        """Sample the row's next token and add its log-likelihood under the unmasked model."""
-        tok = sample_token(logits, allowed, self.sampling, self.rng)
-        self.logprob[row] = self.logprob.get(row, 0.0) + float(torch.log_softmax(logits.float(), 0)[tok])
-        return tok
+    def pick(self, logits: torch.Tensor, allowed: list[int]) -> int:
+        return sample_token(logits, allowed, self.sampling, self.rng)
+
+    def add_logprob(self, logits: torch.Tensor, rows: list[int], tokens: list[int]) -> None:
+        """Add to each row the log-likelihood of the token it picked from its row of `logits`
+        under the unmasked model: one log-softmax per step, not per token."""
+        if rows:
+            picked = torch.log_softmax(logits[rows].float(), -1)[torch.arange(len(rows)), tokens]
+            for r, lp in zip(rows, picked.tolist()):
+                self.logprob[r] = self.logprob.get(r, 0.0) + lp
 
 
 def sample_token(logits: torch.Tensor, allowed: list[int], s: Sampling, rng: torch.Generator) -> int:
@@ -169,7 +174,8 @@ class Generator:
         batcher = _Batcher(self.model, self.tok, self.sampling, self.rng)
         sketch_ids = [self.tok.encode([str(i)])[0] for i in range(len(space.sketches))]
         vocab = list(range(self.tok.vocab_size))
-        starts = [batcher.pick(first, sketch_ids if masked else vocab, r) for r in range(b)]
+        starts = [batcher.pick(first, sketch_ids if masked else vocab) for _ in range(b)]
+        batcher.add_logprob(first.expand(b, -1), list(range(b)), starts)
         feed: list[list[int]] = [[t] for t in starts]  # tokens chosen but not yet fed
         results: list = [None] * b
         batcher.active = set(range(b))
@@ -234,12 +240,13 @@ class Generator:
                 depth = len(chosen[r])
                 opts = reqs[r].options
                 allowed = sorted({opts[i][depth] for i in live[r]}) if masked else vocab
-                tok = batcher.pick(logits[r], allowed, r)
+                tok = batcher.pick(logits[r], allowed)
                 chosen[r].append(tok)
                 live[r] = [i for i in live[r] if opts[i][depth] == tok]
                 feed[r] = [tok]
                 if any(len(opts[i]) > depth + 1 for i in live[r]):
                     nxt.append(r)
+            batcher.add_logprob(logits, rows, [chosen[r][-1] for r in rows])
             rows = nxt
         for r, req in reqs.items():
             req.answer = chosen[r]
