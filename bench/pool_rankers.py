@@ -27,6 +27,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from tlm_ceiling import spearman  # noqa: E402  (bench/ is this script's directory)
 from tlmir.lm.registry import passive_openmp  # noqa: E402
 
 
@@ -42,11 +43,6 @@ def answer_logprobs(model_name: str, sentences: list[str]) -> tuple[np.ndarray, 
 def pick_ratio(scores: np.ndarray, thr: np.ndarray, k: int) -> float:
     order = np.argsort(-scores, kind="stable")
     return float(thr[order[:k]].max() / thr.max())
-
-
-def spearman(a: np.ndarray, b: np.ndarray) -> float:
-    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
-    return float(np.corrcoef(ra, rb)[0, 1])
 
 
 def main() -> None:

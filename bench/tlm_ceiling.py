@@ -50,7 +50,6 @@ def pool_task(task, hw, sp, db, measurer, args) -> dict:
     """Write the pool, measure the evaluator's top 10 and the random draws (or read them
     back from the database), and summarize."""
     from tlmir.lm.tlm_search import TLMSearch
-    from tlmir.runtime.records import Record
     from tlmir.schedule.space import SearchSpace
     from tlmir.search.tune import measure_candidate
 
@@ -59,23 +58,23 @@ def pool_task(task, hw, sp, db, measurer, args) -> dict:
     pool = search._write(args.pool, set(), draws=2)
     scores = search.ranker.score(pool)
     order = np.argsort(-scores, kind="stable")
-    rank = {pool[i].key: r for r, i in enumerate(order)}
+    rank = np.empty(len(pool), dtype=int)
+    rank[order] = np.arange(len(pool))
     rng = np.random.default_rng(args.seed)
     rest = order[args.top:]
     draws = rng.choice(rest, size=min(args.random, len(rest)), replace=False) if len(rest) else []
-    plan = [(pool[i], "pool-top") for i in order[:args.top]] + [(pool[i], "pool-random") for i in draws]
+    plan = [(i, "pool-top") for i in order[:args.top]] + [(i, "pool-random") for i in draws]
     done = {r.trace: r for r in db.records(task.key, hw.key)}
     rows = []
     best = math.inf
-    for cand, label in plan:
-        text = cand.trace.to_json()
-        rec = done.get(text)
+    for i, label in plan:
+        rec = done.get(pool[i].trace.to_json())
         if rec is None:
-            rec = measure_candidate(measurer, task, cand, best, hw, sp, label, 0)
+            rec = measure_candidate(measurer, task, pool[i], best, hw, sp, label, 0)
             db.append(rec)
         if rec.ok:
             best = min(best, rec.best)
-        rows.append((label, rank[cand.key], float(scores[order[rank[cand.key]]]), rec.best if rec.ok else None))
+        rows.append((label, int(rank[i]), float(scores[i]), rec.best if rec.ok else None))
 
     def best_gf(label):
         secs = [s for lab, _, _, s in rows if lab == label and s]
