@@ -232,7 +232,7 @@ class Generator:
         chosen: dict[int, list[int]] = {r: [] for r in reqs}
         live = {r: list(range(len(req.options))) for r, req in reqs.items()}
         vocab = list(range(self.tok.vocab_size))
-        rows = list(reqs)
+        rows = sorted(reqs)  # draws in row order, not in the order the threads asked: a seed repeats
         while rows:
             logits = self._step(feed, rows, cache)
             nxt = []
