@@ -28,6 +28,8 @@ CASES = [
     (["tune", *MM, "--cost-model", "xgb"], "--cost-model"),
     (["tune", *MM, "--seed", "-1"], "--seed"),
     (["tune", *MM, "--param", "bias"], "--param"),
+    (["tune", *MM, "--search-param", "populaton=3"], "populaton"),
+    (["tune", *MM, "--search-param", "population=lots"], "population"),
     (["tune", *MM, "--target", "tpu"], "tpu"),
     (["tune", *MM, "--target", "cpu:neon"], "neon"),
     (["tune", *MM, "--target", "cpu -cores=x"], "-cores"),

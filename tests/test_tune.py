@@ -232,3 +232,15 @@ def test_every_racing_sketch_keeps_its_share_of_the_model_picks():
     # share 0: the plain global ranking
     search.sp = SearchParams(sketch_share=0.0)
     assert search._top(cands, scores, 12, dropped) == list(range(12))
+
+
+def test_search_param_overrides_are_typed_and_checked():
+    from tlmir.errors import ScheduleError
+    from tlmir.runtime.target import search_params
+    sp = search_params(["population=256", "tile_mutation=redraw", "unroll_steps=0,16", "eps-greedy=0.1"])
+    assert (sp.population, sp.tile_mutation, sp.unroll_steps, sp.eps_greedy) == (256, "redraw", (0, 16), 0.1)
+    assert search_params([]) == SearchParams()
+    for bad, match in (("nope=1", "nope=1.*population"), ("population=many", "population: 'many'"),
+                       ("population", "NAME=VALUE"), ("tile_mutation=zigzag", "tile_mutation")):
+        with pytest.raises(ScheduleError, match=match):
+            search_params([bad])

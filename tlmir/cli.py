@@ -125,23 +125,25 @@ def cmd_tune(args) -> None:
         raise ArgumentError("tune: --trials-per-task is for --workload; with --op give --trials")
     if args.cost_model:
         args.strategy = f"{args.strategy.partition('@')[0]}@{args.cost_model}"
-    from .runtime.target import parse_target
+    from .runtime.target import parse_target, search_params
     from .search.strategy import parse_strategy
     parse_strategy(args.strategy)  # a bad name or target fails before any task is built
     hw = parse_target(args.target)
+    sp = search_params(args.search_param)
     if args.dry_run:
         return _dry_run(args, hw, imported)
     if args.workload:
         from .workloads import network_tasks
         tasks = imported.tasks() if imported else network_tasks(args.workload)
         res = tune_workload(tasks, args.trials_per_task or 64, args.strategy, args.db,
-                            args.seed, progress=not args.json, model=args.model, hw=hw)
+                            args.seed, progress=not args.json, model=args.model, hw=hw, sp=sp)
         results = res.results
     else:
         if not args.op:
             raise TlmirError("tune needs --op (with --shape/--param) or --workload")
         results = [tune(Task.from_op(op_from_args(args)), trials=args.trials or 64, strategy=args.strategy,
-                        db=args.db, seed=args.seed, progress=not args.json, hw=hw, model=args.model)]
+                        db=args.db, seed=args.seed, progress=not args.json, hw=hw, model=args.model,
+                        sp=sp)]
     rows = []
     from .evaluate import default_seconds, task_baselines
     gpu = hw.kind == "cuda"  # the CPU baselines and the untuned (unbound) schedule say nothing of a GPU's
@@ -209,8 +211,10 @@ def cmd_eval(args) -> None:
     from .lm.registry import passive_openmp
     passive_openmp()
     tasks = representative_tasks(args.split)[: args.tasks]
+    from .runtime.target import search_params
     ev = Evaluation(args.out, tasks, frameworks(args.budgets, args.baseline, args.tlm),
-                    args.model, log=None if args.json else print, archive=args.archive)
+                    args.model, sp=search_params(args.search_param), log=None if args.json else print,
+                    archive=args.archive)
     if args.phase in ("all", "search"):
         ev.search(args.which)
     if args.networks and args.phase in ("all", "search"):
@@ -397,6 +401,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="TLM for the tlm strategies: default (shipped, SFT'd), base, or a directory")
     tu.add_argument("--db", help="records database (SQLite); reruns resume from it")
     tu.add_argument("--seed", type=nonneg_int, default=0, help="random seed of the search")
+    tu.add_argument("--search-param", action="append", default=[], metavar="NAME=VALUE",
+                    help="override a SearchParams field (repeatable), e.g. population=256")
     tu.add_argument("--json", action="store_true", help="print one JSON object")
     tu.add_argument("--no-baselines", action="store_true", help="skip timing numpy / PyTorch")
     tu.add_argument("--dry-run", action="store_true",
@@ -409,6 +415,8 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--split", default="held-out", choices=("held-out", "train"),
                     help="whose representative tasks")
     ev.add_argument("--budgets", type=int_list, default="1,10,32,64", help="TLM measurement budgets")
+    ev.add_argument("--search-param", action="append", default=[], metavar="NAME=VALUE",
+                    help="override a SearchParams field for every run (repeatable)")
     ev.add_argument("--baseline", nargs="+", default=["evolutionary:64,1000"],
                     help="STRATEGY:K1,K2 ... (each the prefixes of one run; STRATEGY may name a cost "
                          "model: evolutionary@world)")
