@@ -67,6 +67,9 @@ def main() -> None:
     labels = [label for label, _, _ in a.runs]
     if a.ref not in labels:
         p.error(f"--ref {a.ref!r} is not one of the runs {labels}")
+    for label, path, _ in a.runs:
+        if not os.path.exists(path):
+            p.error(f"run {label}: records file {path} does not exist")
     tasks = representative_tasks("held-out")
     best = {label: best_programs(path, k, tasks, hw.key, a.top) for label, path, k in a.runs}
     rows = []
