@@ -301,3 +301,19 @@ def test_eval_report_leaves_out_a_run_that_was_never_made(tmp_path):
     rep = ev.summarize(rows, 2)
     assert rep["complete_tasks"] == 2 and "tlm-2" not in rep["framework_seconds"]
     assert rep["speedup"]["random-4"]["tlm-1"] == pytest.approx(2.0)
+
+
+def test_tlm_evolutionary_refines_in_growing_rounds_after_picks_from_a_large_pool():
+    from tlmir.lm.tlm_search import TLMEvolutionarySearch
+    task = Task.from_op(ops.matmul(64, 64, 64))
+    sp = SearchParams(population=16, evolution_iters=1, tlm_hybrid_pool=24, tlm_first_round=2)
+    search = TLMEvolutionarySearch(SearchSpace(task.outputs, host_hardware(), sp), task.args, task=task)
+    assert [search.round_size(d) for d in (0, 2, 4, 8, 40, 100)] == [2, 2, 4, 8, 40, 64]
+    written = []
+    write = search.tlm._write
+    search.tlm._write = lambda n, *a, **k: written.append(n) or write(n, *a, **k)
+    first = search.propose(2)
+    assert len(first) == 2 and written == [24]  # the evaluator's top 2 of 24 written
+    search.update([(c, 1e-3 * (i + 1)) for i, c in enumerate(first)])
+    second = search.propose(2)
+    assert len(second) == 2 and not {c.key for c in second} & {c.key for c in first}

@@ -159,6 +159,10 @@ class SearchParams:
     tlm_rank_max: int = 1024           # ... and at most this many per round
     tlm_rank_likelihood: float = 0.0   # > 0: picked by the evaluator's rank + this x the rank by the
                                        # model's likelihood of the program (1: no better, docs/model.md)
+    tlm_hybrid_pool: int = 640         # tlm+evolutionary: programs the TLM writes in round one, the
+                                       # evaluator's picks measured and the rest the next populations
+    tlm_first_round: int = 4           # ... measured in round one; each later round measures as many as
+                                       # all before it, up to measures_per_round (0: measures_per_round)
     world_finetune_steps: int = 20     # world cost model: fine-tuning steps per round of measurements
 
     def __post_init__(self):
