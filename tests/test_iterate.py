@@ -23,7 +23,8 @@ from tlmir.runtime.task import Task
 from tlmir.schedule.space import SearchSpace
 from tlmir.search.tune import tune
 
-SMALL = SearchParams(population=16, measures_per_round=8, evolution_iters=2)
+SMALL = SearchParams(population=16, measures_per_round=8, evolution_iters=2, tlm_hybrid_pool=32,
+                     tlm_rank_per_slot=4)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -191,7 +192,7 @@ def test_eval_reports_framework_sums_and_speedups(tmp_path):
 def test_network_report_and_retime(tmp_path):
     from tlmir.evaluate import format_network, network_report, retime_network
     db = str(tmp_path / "net.db")
-    rep = network_report("bert-tiny", "tlm", 1, db=db, progress=False)
+    rep = network_report("bert-tiny", "tlm", 1, db=db, progress=False, sp=SMALL)
     assert rep["measurements"] == len(rep["subgraphs"]) == 8
     t = rep["total"]
     assert 0 < t["tuned"] < float("inf") and t["default"] > 0 and t["pytorch"] > 0
