@@ -10,8 +10,9 @@ model's greedy answer (temperature 0) and the rest are sampled, measured as writ
 
 `tlm+evolutionary`: the first round is a ranked `tlm` round of a few programs picked
 from a large pool; after it, Ansor's evolutionary search runs with TLM programs in place
-of random samples (population refills and the ε-greedy share), so the model seeds the population and the cost model, fine-tuned on what was
-measured, refines it. Rounds grow (4, 4, 8, ...): with 10 measurements, 6 are refinements.
+of random samples (population refills and the ε-greedy share), so the model seeds the
+population and the cost model, fine-tuned on what was measured, refines it. Rounds grow
+(4, 4, 8, ...): with 10 measurements, 6 are refinements.
 """
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ class TLMSearch(RandomSearch):
 
     def __init__(self, space: SearchSpace, args, seed: int = 0, task=None, model: str = DEFAULT_MODEL,
                  sampling: Sampling | None = None, batch_size: int = 64, greedy_first: bool = True,
-                 ranked: bool = True):
+                 ranked: bool = True, pool_size: int | None = None):
         super().__init__(space, args, seed)
         if task is None:
             raise TlmirError("the tlm strategy needs the task (its prompt is the model's input)")
@@ -65,7 +66,7 @@ class TLMSearch(RandomSearch):
         self.ranker = WorldRanker(space, task, seed) if ranked else None
         self.measured: list[tuple[Candidate, float]] = []  # ranked: (candidate, throughput), to fine-tune
         self.logprob: dict[str, float] = {}  # candidate key -> the model's log-likelihood of its answers
-        self.pool_size: int | None = None  # ranked: programs written per round (None: per slot, as above)
+        self.pool_size = pool_size  # ranked: programs written per round (None: per slot, as above)
 
     def _generate(self, n: int, exclude: set) -> list[Candidate]:
         """Up to n distinct TLM programs whose traces are not in `exclude`: the first n
@@ -147,8 +148,8 @@ class TLMEvolutionarySearch(EvolutionarySearch):
     def __init__(self, space: SearchSpace, args, seed: int = 0, task=None, model: str = DEFAULT_MODEL,
                  cost_model: str = "world"):
         super().__init__(space, args, seed, task=task, cost_model=cost_model)
-        self.tlm = TLMSearch(space, args, seed, task=task, model=model, ranked=cost_model == "world")
-        self.tlm.pool_size = space.sp.tlm_hybrid_pool
+        self.tlm = TLMSearch(space, args, seed, task=task, model=model, ranked=cost_model == "world",
+                             pool_size=space.sp.tlm_hybrid_pool)
 
     def round_size(self, done: int) -> int:
         """`tlm_first_round` programs first, then each round as many as all rounds before it,

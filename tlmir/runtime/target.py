@@ -183,12 +183,12 @@ class SearchParams:
                                 f"{self.sketch_drop_factor!r} and {self.sketch_drop_after!r}")
 
 
-def search_params(overrides: list[str] = (), base: SearchParams | None = None) -> SearchParams:
-    """`base` (the defaults) with `NAME=VALUE` overrides, as `--search-param` gives them:
-    VALUE is read as the field's type (`population=256`, `tile_mutation=redraw`,
+def search_params(overrides: list[str]) -> SearchParams:
+    """The defaults with `NAME=VALUE` overrides, as `--search-param` gives them: VALUE is
+    read as the field's type (`population=256`, `tile_mutation=redraw`,
     `unroll_steps=0,16,64`); an unknown name or unreadable value names the field."""
     import ast
-    sp = base or SearchParams()
+    sp = SearchParams()
     fields = {f.name: getattr(sp, f.name) for f in dataclasses.fields(SearchParams)}
     changes: dict = {}
     for text in overrides:
@@ -199,23 +199,17 @@ def search_params(overrides: list[str] = (), base: SearchParams | None = None) -
                                 f"{', '.join(fields)}")
         old = fields[name]
         try:
-            if isinstance(old, bool):
-                if value.lower() not in ("true", "false", "1", "0"):
-                    raise ValueError(value)
-                new = value.lower() in ("true", "1")
-            elif isinstance(old, (int, float)):
-                new = type(old)(value)
-            elif isinstance(old, tuple):
+            if isinstance(old, tuple):
                 new = ast.literal_eval(value if value.strip().startswith("(") else f"({value},)")
                 if not isinstance(new, tuple):
                     raise ValueError(value)
             else:
-                new = value
+                new = type(old)(value)  # int, float or str
         except (ValueError, SyntaxError):
             raise ScheduleError(f"search parameter {name}: {value!r} cannot be read as "
                                 f"{type(old).__name__} (the default is {old!r})") from None
         changes[name] = new
-    return dataclasses.replace(sp, **changes) if changes else sp
+    return dataclasses.replace(sp, **changes)
 
 
 def _cache_kb(level: int, default: int) -> int:
