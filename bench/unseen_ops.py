@@ -4,7 +4,7 @@
     .venv/bin/python bench/unseen_ops.py --ops matmul_odd --tlm-trials 2 --evo-trials 8 \
         --unconstrained 4 --db-dir /tmp/unseen-test                         # a smoke test
     .venv/bin/python bench/unseen_ops.py [--ops matmul_odd,row_norm] [--tlm-trials 10]
-        [--evo-trials 200] [--unconstrained 64] [--model default] [--db-dir runs/unseen]
+        [--tlm-strategies tlm,tlm+evolutionary] [--evo-trials 200] [--unconstrained 64] [--model default] [--db-dir runs/unseen]
         [--seed 0] [--rounds 5] [--threads N] [--no-torch] [--json out.json]
 
 Six operators that no network of tlmir.workloads contains (asserted: no task key of the
@@ -16,12 +16,12 @@ M x N x K (tlmir.ops.dense: X is M x K, W is N x K).
 Per operator: (1) how well-formed the model's unconstrained sentences are: n sentences
 sampled at the default temperature (Generator.unconstrained), a sentence counting when it
 parses into a trace and that trace replays in the task's space; (2) `tune` with the
-"tlm" strategy for --tlm-trials measurements and with "evolutionary" for --evo-trials,
-each into a records DB of its own under --db-dir (tlm-<model directory name>.db,
-evolutionary.db), so a rerun resumes and an already complete run measures nothing (a
+strategies of --tlm-strategies (default "tlm") for --tlm-trials measurements each and
+with "evolutionary" for --evo-trials, each into a records DB of its own under --db-dir
+(<strategy>-<model directory name>.db, evolutionary.db), so a rerun resumes and an already complete run measures nothing (a
 model retrained in place keeps its DB: use a fresh --db-dir then); (3) the best program of each
 (as tune chose it) rebuilt, checked and re-timed side by side in this process at
---threads threads: --rounds rounds, the two programs alternating, each time the median
+--threads threads: --rounds rounds, the programs alternating, each time the median
 of 15 calls; the median over rounds is reported. evo/tlm > 1 means the TLM's program is
 faster; the geometric mean is over the operators timed. PyTorch (a child process,
 tlmir.ops.baselines) is shown where tlmir.ops.baselines knows the op: the library's
@@ -164,25 +164,28 @@ def run_op(name: str, a, hw, dbs: dict[str, tuple[str, int]]) -> dict:
         row["runs"][s].update(seconds=statistics.median(ts), samples=ts)
     if not a.no_torch and op.family in ops.OPS:  # the child process rebuilds the op by family
         row["torch_s"] = baseline_times_isolated(op, (a.threads,))[a.threads].get("torch")
-    secs = [row["runs"][s].get("seconds") for s in dbs]
-    row["evo_over_tlm"] = secs[1] / secs[0] if all(secs) else None
+    evo = row["runs"]["evolutionary"].get("seconds")
+    row["evo_over"] = {s: evo / row["runs"][s]["seconds"] if evo and row["runs"][s].get("seconds") else None
+                       for s in dbs if s != "evolutionary"}
     return row
 
 
 def markdown(rows: list[dict], dbs: dict) -> str:
-    tlm, evo = (f"{s.replace('evolutionary', 'evo')}-{k}" for s, (_, k) in dbs.items())
-    lines = [f"| op | GFLOP | {tlm} ms | {evo} ms | evo/tlm | PyTorch ms | well-formed |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    """One row per op: each TLM strategy's and evolutionary's re-timed best, evo/strategy."""
+    tlms = [s for s in dbs if s != "evolutionary"]
+    names = {s: f"{s.replace('evolutionary', 'evo')}-{k}" for s, (_, k) in dbs.items()}
+    lines = ["| op | GFLOP | " + " | ".join(f"{names[s]} ms" for s in dbs) + " | "
+             + " | ".join(f"evo/{names[s]}" for s in tlms) + " | PyTorch ms | well-formed |",
+             "|---|---:|" + "---:|" * (len(dbs) + len(tlms) + 2)]
 
     def ms(t):
         return f"{t * 1e3:.3f}" if t else "—"
     for r in rows:
-        t, e = (r["runs"][s].get("seconds") for s in dbs)
-        ratio = f"{r['evo_over_tlm']:.2f}" if r["evo_over_tlm"] else "—"
+        times = " | ".join(ms(r["runs"][s].get("seconds")) for s in dbs)
+        ratios = " | ".join(f"{r['evo_over'][s]:.2f}" if r["evo_over"][s] else "—" for s in tlms)
         u = r.get("unconstrained")
         wf = f"{u['valid']}/{u['n']} ({100 * u['share']:.0f}%)" if u else "—"
-        lines.append(f"| {r['desc']} | {r['gflop']:.3f} | {ms(t)} | {ms(e)} | {ratio} | "
-                     f"{ms(r.get('torch_s'))} | {wf} |")
+        lines.append(f"| {r['desc']} | {r['gflop']:.3f} | {times} | {ratios} | {ms(r.get('torch_s'))} | {wf} |")
     return "\n".join(lines)
 
 
@@ -190,6 +193,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--ops", help=f"comma-separated subset of: {', '.join(OPS)}")
     p.add_argument("--tlm-trials", type=int, default=10)
+    p.add_argument("--tlm-strategies", default="tlm", help="comma-separated: tlm, tlm+evolutionary")
     p.add_argument("--evo-trials", type=int, default=200)
     p.add_argument("--unconstrained", type=int, default=64, help="sentences per op (0: skip)")
     p.add_argument("--model", default="default", help="default, base, tlm or a model directory")
@@ -206,23 +210,29 @@ def main() -> None:
         raise SystemExit(f"unknown ops {unknown}; known: {', '.join(OPS)}")
     assert_unseen({n: Task.from_op(OPS[n][1](), name=n) for n in OPS})
     os.makedirs(a.db_dir, exist_ok=True)
-    tlm_db = f"tlm-{os.path.basename(os.path.abspath(model_dir(a.model)))}.db"  # default: base or tlm
-    dbs = {"tlm": (os.path.join(a.db_dir, tlm_db), a.tlm_trials),
-           "evolutionary": (os.path.join(a.db_dir, "evolutionary.db"), a.evo_trials)}
+    strategies = a.tlm_strategies.split(",")
+    if not set(strategies) <= {"tlm", "tlm+evolutionary"}:
+        raise SystemExit(f"--tlm-strategies {a.tlm_strategies!r}: each must be tlm or tlm+evolutionary")
+    model = os.path.basename(os.path.abspath(model_dir(a.model)))  # default: base or tlm
+    dbs = {s: (os.path.join(a.db_dir, f"{s}-{model}.db"), a.tlm_trials) for s in strategies}
+    dbs["evolutionary"] = (os.path.join(a.db_dir, "evolutionary.db"), a.evo_trials)
     hw = host_hardware()
     rows = [run_op(n, a, hw, dbs) for n in names]
-    ratios = [r["evo_over_tlm"] for r in rows if r["evo_over_tlm"]]
-    geo = math.exp(statistics.fmean(map(math.log, ratios))) if ratios else None
+    geo = {}
+    for s in strategies:
+        ratios = [r["evo_over"][s] for r in rows if r["evo_over"][s]]
+        geo[s] = math.exp(statistics.fmean(map(math.log, ratios))) if ratios else None
     cpu, cores = cpu_model_name("unknown"), os.cpu_count()
     print(f"\nCPU: {cpu}, {cores} threads (re-timed at {a.threads}); model {a.model} "
           f"({os.path.abspath(model_dir(a.model))}); hardware key {hw.key}\n")
     print(markdown(rows, dbs))
-    print(f"\ngeometric mean of evo/tlm over {len(ratios)} ops: " + (f"{geo:.3f}" if geo else "—"))
+    for s, g in geo.items():
+        print(f"geometric mean of evo/{s}: " + (f"{g:.3f}" if g else "—"))
     if a.json:
         with open(a.json, "w") as fh:
             json.dump({"cpu": cpu, "threads": cores, "timing_threads": a.threads, "hardware": hw.key,
                        "model": a.model, "model_dir": os.path.abspath(model_dir(a.model)),
-                       "args": vars(a), "rows": rows, "geomean_evo_over_tlm": geo}, fh, indent=1)
+                       "args": vars(a), "rows": rows, "geomean_evo_over": geo}, fh, indent=1)
 
 
 if __name__ == "__main__":

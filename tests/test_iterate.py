@@ -16,7 +16,7 @@ from tlmir.errors import ModelError, TlmirError
 from tlmir.lm.registry import BASE_MODEL, load_model
 from tlmir.lm.iterate import IterateConfig, Iteration, task_batches
 from tlmir.lm.language import trace_to_sentence
-from tlmir.lm.sft import answer_flags, answer_nll, sft
+from tlmir.lm.sft import answer_flags, answer_nll, decision_flags, sft
 from tlmir.runtime.records import RecordDB
 from tlmir.runtime.target import SearchParams, host_hardware
 from tlmir.runtime.task import Task
@@ -33,6 +33,8 @@ def test_answer_flags_mark_only_answers():
             "tile B.i 8 = 2 4 parallel B = 1 at C = root </s>".split()
     flagged = [w for w, f in zip(words, answer_flags(words)) if f]
     assert flagged == ["2", "2", "4", "1", "root", "</s>"]
+    learned = [w for w, f in zip(words, decision_flags(words)) if f]
+    assert learned == words[words.index("sketch"):]  # learn="sentences": the question words too
 
 
 def _demos(task, n, seed=0):

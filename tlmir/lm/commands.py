@@ -85,7 +85,7 @@ def cmd_train_sft(args) -> None:
         from .sample import read_sentences
         demos = [r["sentence"] for r in read_sentences(args.data)]
     stats = sft(model_dir(args.model), demos, args.out, epochs=args.epochs, batch_size=args.batch_size,
-                lr=args.lr, seed=args.seed, quality=quality, device=args.device)
+                lr=args.lr, seed=args.seed, quality=quality, device=args.device, learn=args.learn)
     print(json.dumps(stats, indent=1))
 
 
@@ -230,7 +230,7 @@ def add_parsers(sub) -> None:
     pt.add_argument("--time-limit", type=positive_float, help="stop (resumably) after this many seconds")
     pt.add_argument("--init-from", help="start a new run from this model's weights (e.g. base)")
     pt.set_defaults(fn=cmd_train_pretrain)
-    st = trs.add_parser("sft", help="fine-tune a copy of a model on demonstration sentences (answers only)")
+    st = trs.add_parser("sft", help="fine-tune a copy of a model on demonstration sentences")
     data = st.add_mutually_exclusive_group(required=True)
     data.add_argument("--data", help="demonstrations, .jsonl like `tlmir sample` writes")
     data.add_argument("--records", nargs="+", help="quality-conditioned: every program measured in these "
@@ -246,6 +246,8 @@ def add_parsers(sub) -> None:
     st.add_argument("--lr", type=positive_float, default=5e-4, help="learning rate")
     st.add_argument("--seed", type=nonneg_int, default=0, help="random seed of the batch order")
     st.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where to train")
+    st.add_argument("--learn", default="sentences", choices=("sentences", "answers"),
+                    help="tokens scored: every decision word (questions too), or the answers only")
     st.set_defaults(fn=cmd_train_sft)
     ev = trs.add_parser("evaluator", help="the world-model evaluator, on measured records of the training "
                         "split (the held-out split's are scored, never trained on)")

@@ -1,14 +1,21 @@
-"""Supervised fine-tuning on demonstrations (paper §5.3): the prompt is given, only the
-answers are learned.
+"""Supervised fine-tuning on demonstrations (paper §5.3): the prompt is given, the
+decisions are learned.
 
     stats = sft("tlmir/lm/models/base", demo_sentences, "runs/tlm-r1", epochs=4)
 
 A demonstration is the sentence of a measured, verified program that was the best one
 found for its task (or for one sketch of its task). SFT starts from a copy of the base
 weights every time (the paper fine-tunes a fresh TLM-base on all demonstrations so far,
-so early, poor demonstrations do not pile up) and scores only answer tokens: the sketch
-id, every word after a question's `=`, and `</s>`. The task and hardware prompt and the
-question words are context, never targets.
+so early, poor demonstrations do not pile up). What is scored (`learn`):
+
+- "sentences" (the default): every token from `sketch` on, question words included, so
+  the model keeps writing the grammar itself;
+- "answers": only answer tokens: the sketch id, every word after a question's `=`, and
+  `</s>`; the question words are context, as constrained generation forces them. A model
+  fine-tuned so forgets how a question starts: none of its unconstrained sentences parse
+  (docs/model.md).
+
+The task and hardware prompt is context, never a target.
 """
 from __future__ import annotations
 
@@ -43,9 +50,19 @@ def answer_flags(words: Sequence[str]) -> list[bool]:
     return flags
 
 
-def answer_mask(tok: Tokenizer) -> Callable[[list[int]], list[bool]]:
+def decision_flags(words: Sequence[str]) -> list[bool]:
+    """One flag per word: is it part of the decisions (from the first `sketch` on)?"""
+    start = words.index("sketch") if "sketch" in words else len(words)
+    return [k >= start for k in range(len(words))]
+
+
+LEARN = {"answers": answer_flags, "sentences": decision_flags}
+
+
+def sft_loss_mask(tok: Tokenizer, learn: str = "sentences") -> Callable[[list[int]], list[bool]]:
     """loss_mask for `pretrain`: flags from the words of a token-id sequence."""
-    return lambda ids: answer_flags([tok.word(i) for i in ids])
+    flags = LEARN[learn]
+    return lambda ids: flags([tok.word(i) for i in ids])
 
 
 @torch.no_grad()
@@ -89,7 +106,7 @@ def _prompt_words(sentences: Sequence[str]) -> set[str]:
 def sft(base_dir: str, sentences: Sequence[str], out_dir: str, epochs: float = 4.0,
         batch_size: int = 16, lr: float = 3e-4, seed: int = 0, threads: int | None = None,
         log: Callable[[str], None] | None = print, time_limit: float | None = None,
-        quality: dict | None = None, device: str = "cpu") -> dict:
+        quality: dict | None = None, device: str = "cpu", learn: str = "sentences") -> dict:
     """Fine-tune a fresh copy of the model in `base_dir` on demonstration sentences;
     the result (checkpoint + tokenizer) goes to `out_dir`. Resumable like `pretrain`, and
     like it trains on `device` ("cpu" or "cuda").
@@ -101,6 +118,8 @@ def sft(base_dir: str, sentences: Sequence[str], out_dir: str, epochs: float = 4
     base's own, if it is conditioned)."""
     from .checkpoint import load_checkpoint, save_checkpoint
     from .train import pretrain
+    if learn not in LEARN:
+        raise ModelError(f"SFT into {out_dir}: learn must be one of {', '.join(LEARN)}, got {learn!r}")
     tok = Tokenizer.load(os.path.join(base_dir, TOKENIZER_FILE))
     base, base_meta = load_checkpoint(base_dir, expect_vocab_size=tok.vocab_size)
     quality = quality if quality is not None else base_meta.get("quality")  # a conditioned base stays so
@@ -134,13 +153,14 @@ def sft(base_dir: str, sentences: Sequence[str], out_dir: str, epochs: float = 4
     steps = max(1, math.ceil(epochs * len(seqs) / batch_size))
     os.makedirs(out_dir, exist_ok=True)
     tok.save(os.path.join(out_dir, TOKENIZER_FILE))
-    extra = {"sft": {"demonstrations": len(seqs), "skipped": len(sentences) - len(seqs), "epochs": epochs}}
+    extra = {"sft": {"demonstrations": len(seqs), "skipped": len(sentences) - len(seqs), "epochs": epochs,
+                     "learn": learn}}
     if quality is not None:
         extra["quality"] = quality
     try:
         return pretrain(seqs, [], base.config, out_dir, tok.pad_id, steps=steps, batch_size=batch_size,
                         lr=lr, warmup=min(20, steps // 10), seed=seed, eval_every=max(steps, 1),
-                        log=log, loss_mask=answer_mask(tok), init_from=init, time_limit=time_limit,
+                        log=log, loss_mask=sft_loss_mask(tok, learn), init_from=init, time_limit=time_limit,
                         extra=extra, threads=threads, device=device)
     finally:
         if init != base_dir:

@@ -1,10 +1,10 @@
-"""Training the tensor language model: next-token pre-training and answer-only fine-tuning.
+"""Training the tensor language model: next-token pre-training and fine-tuning on the decisions.
 
     stats = pretrain(train_ids, val_ids, GPTConfig.preset("tiny", tok.vocab_size),
                      "runs/tlm-base", pad_id=tok.pad_id, steps=5000)
-    # SFT: start from the base weights, score only the answer tokens
+    # SFT: start from the base weights, score only the decision tokens
     pretrain(sft_ids, sft_val, config, "runs/tlm-sft", tok.pad_id, steps=500,
-             init_from="runs/tlm-base", loss_mask=answer_positions)
+             init_from="runs/tlm-base", loss_mask=sft_loss_mask(tok))
 
 Each step draws `batch_size` sequences (a fresh random permutation of the training set
 every epoch, fixed by `seed` and the step number alone), pads them to the longest with
