@@ -246,6 +246,22 @@ def test_iterate_restarts_a_fine_tuning_the_kill_interrupted(tmp_path, monkeypat
     assert started[:2] == [0, 1]  # round 0's fine-tuning again, before round 1 is measured, then round 1's
 
 
+def test_iterate_on_a_new_cpu_class_starts_from_a_model_and_keeps_other_demonstrations(tmp_path):
+    """--start-model writes the rounds before the first fine-tuning; --extra-demos join the
+    run's own demonstrations in every fine-tuning; an unreadable file is a one-line error."""
+    from tlmir.lm.registry import model_dir
+    task = Task.from_op(ops.softmax(8, 64))
+    extra = tmp_path / "other.jsonl"
+    extra.write_text(json.dumps({"key": "k", "task": "t", "seconds": 1.0, "sentence": "<s> v4 x"}) + "\n")
+    cfg = IterateConfig(rounds=1, per_task=2, batches=1, start_model="tlm", extra_demos=str(extra))
+    it = Iteration(str(tmp_path / "run"), "base", [task], cfg, log=None)
+    assert it.latest_model(0) == (model_dir("tlm"), -1) and it.base == model_dir("base")
+    assert it.training_sentences() == (["<s> v4 x"], None)  # nothing measured yet: the extra ones
+    with pytest.raises(TlmirError, match="missing.jsonl"):
+        Iteration(str(tmp_path / "bad"), "base", [task],
+                  IterateConfig(extra_demos=str(tmp_path / "missing.jsonl")), log=None)
+
+
 def test_ranked_iterate_measures_the_evaluators_picks_plus_explored_ones(tmp_path):
     from types import SimpleNamespace
 

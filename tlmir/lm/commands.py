@@ -115,7 +115,8 @@ def cmd_iterate(args) -> None:
         tasks = kept + [t for t in tasks if task_type(t) not in types and t.key not in held]
     cfg = IterateConfig(rounds=args.rounds, per_task=args.per_task, batches=args.batches,
                         sft_epochs=args.sft_epochs, rank_per_slot=args.rank_per_slot,
-                        explore=args.explore, sft_data=args.sft_data, seed=args.seed)
+                        explore=args.explore, sft_data=args.sft_data, seed=args.seed,
+                        start_model=args.start_model or "", extra_demos=args.extra_demos or "")
     res = Iteration(args.out, args.model, tasks, cfg, archive=args.archive).run()
     last = res["curve"][-1]
     print(f"final model {res['out']} (from {res['final_model']}); normalized latency "
@@ -277,6 +278,10 @@ def add_parsers(sub) -> None:
     it.add_argument("--archive", help="directory in the repository that keeps the measurements "
                                       "(records.jsonl.xz) and progress after every round; a new "
                                       "machine's run resumes from it")
+    it.add_argument("--start-model", help="the model that writes the rounds before the first fine-tuning "
+                    "(default: --model), e.g. tlm on a CPU class it has no demonstrations of")
+    it.add_argument("--extra-demos", help="demonstrations (.jsonl) every fine-tuning learns besides the "
+                    "run's, e.g. tlmir/lm/models/tlm/demonstrations.jsonl (another CPU class's)")
     it.add_argument("--sft-epochs", type=positive_float, default=8.0, help="fine-tuning passes per round")
     it.add_argument("--sft-data", choices=("best", "quality"), default="best",
                     help="fine-tune on the best programs (demonstrations) or on every measured program "

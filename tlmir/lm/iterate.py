@@ -74,6 +74,9 @@ class IterateConfig:
                                # its quality tier in the prompt (tlmir.lm.quality)
     last_tier_share: float = 0.35  # "quality": share of the slowest tier kept
     seed: int = 0
+    start_model: str = ""      # writes the rounds before the first fine-tuning ("": the base)
+    extra_demos: str = ""      # demonstrations (.jsonl) every fine-tuning learns besides the run's:
+                               # another CPU class's, so the model keeps what it knew of that class
 
 
 def best_demonstrations(records, tasks: dict, hw: HardwareParams, slack: float) -> list[dict]:
@@ -179,6 +182,10 @@ class Iteration:
             raise TlmirError(f"iterate's sft_data must be 'best' or 'quality', got {self.cfg.sft_data!r}")
         if not tasks:
             raise TlmirError("iterate needs at least one task")
+        if self.cfg.extra_demos and self.cfg.sft_data != "best":
+            raise TlmirError("iterate's extra_demos are demonstrations: they need sft_data 'best'")
+        self.start = model_dir(self.cfg.start_model) if self.cfg.start_model else self.base
+        self.extra = self._extra_sentences()
         self.tasks = {t.key: t for t in tasks}
         self.hw, self.sp = hw or host_hardware(), sp or SearchParams()
         self.log = log or (lambda m: None)
@@ -270,11 +277,20 @@ class Iteration:
 
     def latest_model(self, before: int) -> tuple[str, int]:
         """(directory, round) of the newest finished fine-tuned model of a round < before;
-        (base, -1) if none."""
+        (the start model, -1) if none."""
         for r in range(before - 1, -1, -1):
             if sft_finished(self._sft_dir(r)):
                 return self._sft_dir(r), r
-        return self.base, -1
+        return self.start, -1
+
+    def _extra_sentences(self) -> list[str]:
+        if not self.cfg.extra_demos:
+            return []
+        from .sample import read_sentences
+        rows = read_sentences(self.cfg.extra_demos)  # an unreadable file: an error naming it
+        if not all("sentence" in r for r in rows):
+            raise TlmirError(f"iterate: extra demonstrations {self.cfg.extra_demos}: a row has no 'sentence'")
+        return [r["sentence"] for r in rows]
 
     def demonstrations(self) -> list[dict]:
         """The best program per task, plus each sketch's best within `demo_sketch_slack`
@@ -297,7 +313,7 @@ class Iteration:
         if demos:
             atomic_write_text(os.path.join(self.out, "demonstrations.jsonl"),
                               "".join(json.dumps(d) + "\n" for d in demos))
-        return [d["sentence"] for d in demos], None
+        return [d["sentence"] for d in demos] + self.extra, None
 
     def _start_sft(self, rnd: int) -> None:
         sentences, quality = self.training_sentences()
