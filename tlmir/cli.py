@@ -214,7 +214,7 @@ def cmd_eval(args) -> None:
     from .runtime.target import search_params
     ev = Evaluation(args.out, tasks, frameworks(args.budgets, args.baseline, args.tlm),
                     args.model, sp=search_params(args.search_param), log=None if args.json else print,
-                    archive=args.archive)
+                    archive=args.archive, seed=args.seed)
     if args.phase in ("all", "search"):
         ev.search(args.which)
     if args.networks and args.phase in ("all", "search"):
@@ -415,6 +415,8 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--split", default="held-out", choices=("held-out", "train"),
                     help="whose representative tasks")
     ev.add_argument("--budgets", type=int_list, default="1,10,32,64", help="TLM measurement budgets")
+    ev.add_argument("--seed", type=int, default=0, help="random seed of every search (another seed: "
+                    "another sample of a strategy's runs; use a fresh --out)")
     ev.add_argument("--search-param", action="append", default=[], metavar="NAME=VALUE",
                     help="override a SearchParams field for every run (repeatable)")
     ev.add_argument("--baseline", nargs="+", default=["evolutionary:64,1000"],

@@ -196,8 +196,8 @@ def kernel_seconds(task: Task, kernel, repeat: int = 5) -> float:
 class Evaluation:
     def __init__(self, out: str, tasks: list[Task], fws: list[Framework], model: str = "default",
                  sp: SearchParams | None = None, log: Callable[[str], None] | None = print,
-                 archive: str | None = None):
-        self.out, self.tasks, self.fws, self.model = out, tasks, fws, model
+                 archive: str | None = None, seed: int = 0):
+        self.out, self.tasks, self.fws, self.model, self.seed = out, tasks, fws, model, seed
         self.sp = sp or SearchParams()
         self.hw = host_hardware()
         self.log = log or (lambda m: None)
@@ -275,7 +275,7 @@ class Evaluation:
                 with RecordDB(os.path.join(self.out, db_name)) as db:
                     for k in prefixes:  # every task reaches 64 before any goes on to 1000
                         for task in self.tasks:
-                            tuned = self._tune(TaskTuner(task, strategy, db, meas, self.hw, self.sp, 0,
+                            tuned = self._tune(TaskTuner(task, strategy, db, meas, self.hw, self.sp, self.seed,
                                                          self.model), strategy, db_name, k)
                             if tuned and self.archive:
                                 self._save_archive(db_name, db)

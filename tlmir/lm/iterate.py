@@ -56,6 +56,7 @@ STRATEGY = "iterate"
 PROGRESS = "progress.json"
 ARCHIVE_RECORDS = "records.jsonl.xz"
 MODEL_FILES = ("config.json", "model.safetensors", "tokenizer.json")
+ARCHIVE_EVERY = 25  # tasks: with --archive, the measurements are also archived this often within a round
 
 
 @dataclass
@@ -432,7 +433,9 @@ class Iteration:
                     for i, t in enumerate(left):
                         n = self._measure_task(rnd, t, gen, measurer)
                         self.log(f"[iterate] r{rnd} {i + 1}/{len(left)} {t.name}: {n} measured")
-                    self._point(rnd, os.path.basename(mdir) if mround >= 0 else "base")
+                        if self.archive and (i + 1) % ARCHIVE_EVERY == 0 and i + 1 < len(left):
+                            self._save_archive()  # a round takes most of an hour: keep what it measured
+                    self._point(rnd, os.path.basename(mdir))
                     if not self._sft_running():  # else the next round's fine-tuning takes these too
                         self._start_sft(rnd)
             while self._sft_running():
