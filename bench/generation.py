@@ -18,9 +18,8 @@ import os
 import torch
 
 from tlmir import ops
-from tlmir.errors import TlmirError
 from tlmir.lm.registry import load_model
-from tlmir.lm.generate import Generator, Sampling, programs_per_second
+from tlmir.lm.generate import Generator, Sampling, programs_per_second, replay_errors
 from tlmir.lm.quality import prompt_tier
 from tlmir.runtime.target import host_hardware
 from tlmir.runtime.task import Task
@@ -83,14 +82,7 @@ def main() -> None:
         for mode in MODES[a.mode]:
             free = (gen.unconstrained(task, a.n, 64) if mode == "sentences"
                     else gen.generate(task, a.n, 64, space, masked=False))
-            valid = 0
-            for g in free:
-                if g.trace is not None:
-                    try:
-                        space.replay(g.trace)
-                        valid += 1
-                    except TlmirError:
-                        pass
+            valid = replay_errors(free, space).count(None)
             wf = sum(g.trace is not None for g in free)
             total[mode] += len(free)
             well[mode] += wf

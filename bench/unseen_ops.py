@@ -43,7 +43,6 @@ passive_openmp()  # as `tlmir tune` does: torch's idle threads sleep (before tor
 import numpy as np  # noqa: E402
 
 from tlmir import ops, te  # noqa: E402
-from tlmir.errors import TlmirError  # noqa: E402
 from tlmir.evaluate import program_timer  # noqa: E402
 from tlmir.lm.registry import model_dir  # noqa: E402
 from tlmir.ops.base import OpDef, count_flops  # noqa: E402
@@ -114,24 +113,14 @@ def assert_unseen(tasks: dict[str, Task]) -> None:
 
 def well_formed(task: Task, hw, model: str, n: int, seed: int) -> dict:
     """Unconstrained sentences: how many parse into a trace, how many of those replay."""
-    from tlmir.lm.generate import Generator, Sampling
+    from tlmir.lm.generate import Generator, Sampling, replay_errors
     from tlmir.lm.tlm_search import cached_model  # the one the tlm strategy loads, loaded once
     net, tok, quality = cached_model(model)
     space = SearchSpace(task.outputs, hw)
     t0 = time.perf_counter()
     out = Generator(net, tok, hw, Sampling(), seed, quality).unconstrained(task, n)
-    parsed = valid = 0
-    errors = []
-    for g in out:
-        if g.trace is None:
-            errors.append(g.error)
-            continue
-        parsed += 1
-        try:
-            space.replay(g.trace)
-            valid += 1
-        except TlmirError as e:
-            errors.append(f"replay: {e}")
+    errors = [e for e in replay_errors(out, space) if e is not None]
+    parsed, valid = sum(g.trace is not None for g in out), len(out) - len(errors)
     return {"n": len(out), "parsed": parsed, "valid": valid, "share": valid / max(len(out), 1),
             "seconds": time.perf_counter() - t0, "errors": errors[:5]}
 

@@ -57,6 +57,9 @@ def test_sft_raises_the_likelihood_of_the_demonstrations(tmp_path):
     after = answer_nll(tuned, tok2, demos)
     assert after < 0.7 * before, (before, after)
     assert meta["sft"]["demonstrations"] == 6 and meta["train"]["loss_mask"]
+    assert meta["sft"]["learn"] == "answers"
+    with pytest.raises(ModelError, match="learn must be one of answers, sentences"):
+        sft(BASE_MODEL, demos, str(tmp_path / "bad"), learn="questions", log=None)
 
 
 def test_sft_skips_demonstrations_the_vocabulary_cannot_spell(tmp_path):

@@ -247,8 +247,9 @@ def add_parsers(sub) -> None:
     st.add_argument("--lr", type=positive_float, default=5e-4, help="learning rate")
     st.add_argument("--seed", type=nonneg_int, default=0, help="random seed of the batch order")
     st.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where to train")
-    st.add_argument("--learn", default="sentences", choices=("sentences", "answers"),
-                    help="tokens scored: every decision word (questions too), or the answers only")
+    st.add_argument("--learn", default="answers", choices=("answers", "sentences"),
+                    help="tokens scored: the answers only, or every decision word (questions too: "
+                    "the model keeps the grammar, TLM-10 about 4%% lower)")
     st.set_defaults(fn=cmd_train_sft)
     ev = trs.add_parser("evaluator", help="the world-model evaluator, on measured records of the training "
                         "split (the held-out split's are scored, never trained on)")

@@ -286,6 +286,22 @@ class Generator:
                     out.append(Generated(None, None, sentence, str(e)))
         return out
 
+def replay_errors(gens: list[Generated], space) -> list[str | None]:
+    """Per generated sentence: None if it parsed into a trace that replays in `space`, else
+    why not (how well-formed unconstrained sentences are)."""
+    out: list[str | None] = []
+    for g in gens:
+        if g.trace is None:
+            out.append(g.error)
+            continue
+        try:
+            space.replay(g.trace)
+            out.append(None)
+        except TlmirError as e:
+            out.append(f"replay: {e}")
+    return out
+
+
 def programs_per_second(gen: Generator, task, n: int, batch_size: int) -> tuple[float, float]:
     """(complete programs/s, decisions/s) of constrained generation."""
     t0 = time.perf_counter()

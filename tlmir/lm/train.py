@@ -1,8 +1,8 @@
-"""Training the tensor language model: next-token pre-training and fine-tuning on the decisions.
+"""Training the tensor language model: next-token pre-training and fine-tuning on the answers.
 
     stats = pretrain(train_ids, val_ids, GPTConfig.preset("tiny", tok.vocab_size),
                      "runs/tlm-base", pad_id=tok.pad_id, steps=5000)
-    # SFT: start from the base weights, score only the decision tokens
+    # SFT: start from the base weights, score only the answer tokens
     pretrain(sft_ids, sft_val, config, "runs/tlm-sft", tok.pad_id, steps=500,
              init_from="runs/tlm-base", loss_mask=sft_loss_mask(tok))
 
