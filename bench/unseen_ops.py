@@ -4,8 +4,9 @@
     .venv/bin/python bench/unseen_ops.py --ops matmul_odd --tlm-trials 2 --evo-trials 8 \
         --unconstrained 4 --db-dir /tmp/unseen-test                         # a smoke test
     .venv/bin/python bench/unseen_ops.py [--ops matmul_odd,row_norm] [--tlm-trials 10]
-        [--tlm-strategies tlm,tlm+evolutionary] [--evo-trials 200] [--unconstrained 64] [--model default] [--db-dir runs/unseen]
-        [--seed 0] [--rounds 5] [--threads N] [--no-torch] [--json out.json]
+        [--tlm-strategies tlm,tlm+evolutionary] [--evo-trials 200] [--unconstrained 64]
+        [--model default] [--db-dir runs/unseen] [--seed 0] [--rounds 5] [--threads N]
+        [--no-torch] [--json out.json]
 
 Six operators that no network of tlmir.workloads contains (asserted: no task key of the
 train or held-out split matches), each an `OpDef` with a numpy reference, so every
@@ -18,12 +19,13 @@ sampled at the default temperature (Generator.unconstrained), a sentence countin
 parses into a trace and that trace replays in the task's space; (2) `tune` with the
 strategies of --tlm-strategies (default "tlm") for --tlm-trials measurements each and
 with "evolutionary" for --evo-trials, each into a records DB of its own under --db-dir
-(<strategy>-<model directory name>.db, evolutionary.db), so a rerun resumes and an already complete run measures nothing (a
-model retrained in place keeps its DB: use a fresh --db-dir then); (3) the best program of each
-(as tune chose it) rebuilt, checked and re-timed side by side in this process at
---threads threads: --rounds rounds, the programs alternating, each time the median
-of 15 calls; the median over rounds is reported. evo/tlm > 1 means the TLM's program is
-faster; the geometric mean is over the operators timed. PyTorch (a child process,
+(<strategy>-<model directory name>.db, evolutionary.db), so a rerun resumes and an
+already complete run measures nothing (a model retrained in place keeps its DB: use a
+fresh --db-dir then); (3) the best program of each (as tune chose it) rebuilt, checked
+and re-timed side by side in this process at --threads threads: --rounds rounds, the
+programs alternating, each time the median of 15 calls; the median over rounds is
+reported. evo/<strategy> > 1 means that strategy's program is faster; each geometric mean
+is over the operators timed. PyTorch (a child process,
 tlmir.ops.baselines) is shown where tlmir.ops.baselines knows the op: the library's
 matmul and conv, not the hand-written ones.
 """
@@ -174,7 +176,8 @@ def markdown(rows: list[dict], dbs: dict) -> str:
         ratios = " | ".join(f"{r['evo_over'][s]:.2f}" if r["evo_over"][s] else "—" for s in tlms)
         u = r.get("unconstrained")
         wf = f"{u['valid']}/{u['n']} ({100 * u['share']:.0f}%)" if u else "—"
-        lines.append(f"| {r['desc']} | {r['gflop']:.3f} | {times} | {ratios} | {ms(r.get('torch_s'))} | {wf} |")
+        lines.append(f"| {r['desc']} | {r['gflop']:.3f} | {times} | {ratios} | "
+                     f"{ms(r.get('torch_s'))} | {wf} |")
     return "\n".join(lines)
 
 

@@ -133,4 +133,3 @@ def test_the_shipped_model_writes_verified_programs_of_pack_sketches():
         outs = [np.zeros(t.shape, t.dtype) for t in task.outputs]
         tlmir.build(g.schedule, task.args)(*ins, *outs)
         np.testing.assert_allclose(outs[0], want[0], rtol=1e-3, atol=1e-3)
-

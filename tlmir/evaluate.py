@@ -275,8 +275,9 @@ class Evaluation:
                 with RecordDB(os.path.join(self.out, db_name)) as db:
                     for k in prefixes:  # every task reaches 64 before any goes on to 1000
                         for task in self.tasks:
-                            tuned = self._tune(TaskTuner(task, strategy, db, meas, self.hw, self.sp, self.seed,
-                                                         self.model), strategy, db_name, k)
+                            tuner = TaskTuner(task, strategy, db, meas, self.hw, self.sp, self.seed,
+                                              self.model)
+                            tuned = self._tune(tuner, strategy, db_name, k)
                             if tuned and self.archive:
                                 self._save_archive(db_name, db)
         finally:

@@ -286,6 +286,7 @@ class Generator:
                     out.append(Generated(None, None, sentence, str(e)))
         return out
 
+
 def replay_errors(gens: list[Generated], space) -> list[str | None]:
     """Per generated sentence: None if it parsed into a trace that replays in `space`, else
     why not (how well-formed unconstrained sentences are)."""
