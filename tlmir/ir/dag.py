@@ -9,6 +9,7 @@ or one when the stage also reduces).
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -67,6 +68,22 @@ def _access(op: ComputeOp, tensor: Tensor) -> Access:
     return Access(tensor.name, simple, missing)
 
 
+_BODY_FACTS: "weakref.WeakKeyDictionary[ComputeOp, tuple]" = weakref.WeakKeyDictionary()
+
+
+def _body_facts(op: ComputeOp) -> tuple:
+    """(reads, producers, has_expensive_op, has_branch) of a compute op: what its body
+    alone decides, computed once per op (the rules build a DAG for every candidate)."""
+    facts = _BODY_FACTS.get(op)
+    if facts is None:
+        nodes = list(walk(op.body))
+        facts = ([_access(op, t) for t in op.inputs()], [t.name for t in op.inputs()],
+                 any(isinstance(n, Call) and n.op in EXPENSIVE_CALLS for n in nodes),
+                 any(isinstance(n, Select) for n in nodes))
+        _BODY_FACTS[op] = facts
+    return facts
+
+
 class ComputeDAG:
     """Stages in topological order (inputs first) with their classification."""
 
@@ -81,13 +98,11 @@ class ComputeDAG:
             if not isinstance(op, ComputeOp):
                 facts = StageFacts(op.name, op, "placeholder", id(op) in out_ids)
             else:
-                nodes = list(walk(op.body))
+                reads, producers, expensive, branch = _body_facts(op)
                 facts = StageFacts(
                     op.name, op, "reduction" if op.reduce_axis else "injective", id(op) in out_ids,
-                    reads=[_access(op, t) for t in op.inputs()],
-                    producers=[t.name for t in op.inputs()],
-                    has_expensive_op=any(isinstance(n, Call) and n.op in EXPENSIVE_CALLS for n in nodes),
-                    has_branch=any(isinstance(n, Select) for n in nodes))
+                    reads=list(reads), producers=list(producers),
+                    has_expensive_op=expensive, has_branch=branch)
                 for t in op.inputs():
                     by_id[id(t.op)].consumers.append(op.name)
             by_id[id(op)] = facts

@@ -78,14 +78,19 @@ class ComputeOp(Operation):
             if isinstance(node, Reduce) and node is not body:
                 raise DefinitionError(f"compute {name!r}: a reduction must be the whole body, "
                                       f"not nested inside another expression")
+        self._inputs: tuple | None = None
         self._output = Tensor(self)
 
     def inputs(self) -> list["Tensor"]:
-        seen: dict[int, Tensor] = {}
-        for node in walk(self.body):
-            if isinstance(node, TensorRead):
-                seen.setdefault(id(node.tensor), node.tensor)
-        return list(seen.values())
+        """The tensors the body reads, in first-read order (walked once: derivation rules
+        ask for every candidate schedule, and an op's body never changes)."""
+        if self._inputs is None:
+            seen: dict[int, Tensor] = {}
+            for node in walk(self.body):
+                if isinstance(node, TensorRead):
+                    seen.setdefault(id(node.tensor), node.tensor)
+            self._inputs = tuple(seen.values())
+        return list(self._inputs)
 
     @property
     def is_reduction(self) -> bool:
