@@ -426,9 +426,10 @@ def markdown(rep: dict) -> str:
 
 def network_report(network: str, strategy: str = "tlm", trials_per_task: int = 10, db: str | None = None,
                    model: str = "default", threads: int | None = None, progress: bool = True,
-                   sp: SearchParams | None = None) -> dict:
+                   sp: SearchParams | None = None, passes: int = 3) -> dict:
     """Tune every subgraph of `network`, then time each subgraph's best program, PyTorch
-    eager and the untuned default schedule: per-subgraph and weighted total latency."""
+    eager and the untuned default schedule (fastest of `passes` timing passes): per-subgraph
+    and weighted total latency."""
     from .search.tune import tune_workload
     from .workloads import network_tasks
     tasks = network_tasks(network)
@@ -437,10 +438,10 @@ def network_report(network: str, strategy: str = "tlm", trials_per_task: int = 1
     rep = {"network": network, "strategy": strategy, "trials_per_task": trials_per_task, "db": db,
            "measurements": res.measurements, "tuning_seconds": time.perf_counter() - t0}
     return _time_network(rep, tasks, [r.best_trace.to_json() if r.best_trace else None for r in res.results],
-                         [r.measurements for r in res.results], threads)
+                         [r.measurements for r in res.results], threads, passes)
 
 
-def retime_network(rep: dict, threads: int | None = None) -> dict:
+def retime_network(rep: dict, threads: int | None = None, passes: int = 3) -> dict:
     """`rep` with every subgraph timed again from its records DB (the best program the run
     recorded), PyTorch and the untuned schedule with it: numbers comparable across runs."""
     from .workloads import network_tasks
@@ -452,14 +453,16 @@ def retime_network(rep: dict, threads: int | None = None) -> dict:
     with RecordDB(rep["db"]) as db:
         best = [db.best(t.key, hw.key) for t, _ in tasks]
         counts = [db.count(t.key, hw.key) for t, _ in tasks]
-    return _time_network(dict(rep), tasks, [b[0].trace if b else None for b in best], counts, threads)
+    return _time_network(dict(rep), tasks, [b[0].trace if b else None for b in best], counts, threads, passes)
 
 
 def _time_network(rep: dict, tasks: list, traces: list, counts: list, threads: int | None,
-                  passes: int = 3) -> dict:
+                  passes: int) -> dict:
     """Time every subgraph's program beside PyTorch in `passes` alternating passes (all
     baselines, then all programs), keeping each one's fastest pass: on a shared machine a
     busy spell then slows one pass of both sides, not one side of the comparison."""
+    if passes < 1:
+        raise TlmirError(f"network {rep['network']}: timing passes must be >= 1, got {passes}")
     threads = threads or os.cpu_count() or 1
     timers = [program_timer(task, trace) if trace else None for (task, _), trace in zip(tasks, traces)]
     pytorch = [math.inf] * len(tasks)
