@@ -115,8 +115,8 @@ def test_an_exhausted_task_hands_its_budget_to_the_others():
     B = te.compute((2,), lambda i: A[i] * 2.0, name="B")
     tiny = Task("tiny", [A, B])  # 20 programs in all; heavily weighted so the scheduler wants it
     tasks = [(tiny, 100.0), (Task.from_op(ops.matmul(32, 32, 32)), 1.0)]
-    res = tune_workload(tasks, trials_per_task=30, strategy="random", sp=SMALL, progress=False)
-    assert [r.measurements for r in res.results] == [20, 40]
+    res = tune_workload(tasks, trials_per_task=14, strategy="random", sp=SMALL, progress=False)
+    assert [r.measurements for r in res.results] == [20, 8]  # the budget of 28 is spent in full
 
 
 def test_evolutionary_search_warms_up_in_small_rounds(monkeypatch):

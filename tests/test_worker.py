@@ -95,7 +95,7 @@ def test_a_script_without_a_main_guard_tunes_and_so_does_python_c(tmp_path):
     import subprocess
     import sys
     code = ("from tlmir import ops, tune\nfrom tlmir.runtime.task import Task\n"
-            "r = tune(Task.from_op(ops.matmul(8, 8, 8)), trials=2, progress=False)\n"
+            "r = tune(Task.from_op(ops.matmul(8, 8, 8)), trials=2, strategy='random', progress=False)\n"
             "print('measured', r.measurements)\n")
     script = tmp_path / "unguarded.py"
     script.write_text(code)
