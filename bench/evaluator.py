@@ -73,7 +73,7 @@ def main() -> None:
     rest_feat = feature_rows(progs)
     train = programs_from_records(read_records(a.train), train_tasks)
     mlp = CostModel()
-    mlp.fit(feature_rows(train), throughput(train), np.array([q.task_key for q in train]))
+    mlp.fit(feature_rows(train), throughput(train), np.array([q.group for q in train]))
     rows["mlp cross-task"] = mlp.predict(rest_feat)
     online = np.zeros(len(progs))
     for key, own in first_progs.items():

@@ -103,6 +103,22 @@ def test_programs_from_records_replay_each_machine_and_keep_failures():
     assert progs[0].sentence == trace_to_sentence(task, hw, trace)
 
 
+def test_one_task_measured_on_two_cpu_classes_is_ranked_within_each():
+    """An AVX2 host's latencies are not compared with an AVX-512 host's: each class's best
+    program of the task gets throughput 1, and ranking metrics count two groups."""
+    from tlmir.search.world_train import normalized_throughput
+    task = Task.from_op(ops.matmul(32, 32, 32))
+    avx2 = HardwareParams("cpu", "avx2", 2, 8, 32, 512)
+    space = SearchSpace(task.outputs, HW)
+    traces = [space.sample(random.Random(i))[1].to_json() for i in range(2)]
+    recs = [Record(task.key, task.name, HW.key, traces[0], [1e-3]), Record(task.key, task.name, HW.key, traces[1], [2e-3]),
+            Record(task.key, task.name, avx2.key, traces[0], [4e-3]), Record(task.key, task.name, avx2.key, traces[1], [8e-3])]
+    progs = programs_from_records(recs, {task.key: task}, with_features=False)
+    assert [p.hw_key for p in progs] == [HW.key, HW.key, avx2.key, avx2.key]
+    np.testing.assert_allclose(normalized_throughput(progs), [1.0, 0.5, 1.0, 0.5])
+    assert ranking_metrics(progs, np.array([2.0, 1.0, 2.0, 1.0]))["tasks"] == 2
+
+
 def test_stale_records_of_matching_tasks_are_left_out():
     from tlmir.argtypes import stale_rule
     rule = stale_rule("_s2_@2026-11-25T08:04Z")

@@ -300,14 +300,14 @@ def cmd_rank(args) -> None:
     recs = read_records([args.db])
     by_task: dict = {}
     for p in programs_from_records(recs, tasks, with_features=ev.reads_features):
-        by_task.setdefault(p.task_key, []).append(p)
+        by_task.setdefault(p.group, []).append(p)
     unknown = {r.task_key for r in recs} - set(tasks)
     if unknown:
         print(f"({len(unknown)} task(s) of the DB are not among the workloads: pass --op/--shape to rank one)")
-    for key, progs in by_task.items():
+    for progs in by_task.values():
         scores = ev.score_programs(progs)
         m = ranking_metrics(progs, scores, k=args.top)
-        print(f"# {tasks[key].name}: {len(progs)} programs | pairwise accuracy {m['pairwise_accuracy']:.3f} | "
+        print(f"# {tasks[progs[0].task_key].name}: {len(progs)} programs | pairwise accuracy {m['pairwise_accuracy']:.3f} | "
               f"top-1 recall {m['top1_recall']:.0f} | top-{args.top} recall {m[f'top{args.top}_recall']:.0f} | "
               f"Kendall tau {m['kendall_tau']:.3f}")
         y = normalized_throughput(progs)

@@ -50,12 +50,20 @@ STATE = "train_state.safetensors"  # a checkpoint's optimizer state and step
 
 @dataclass(frozen=True)
 class Program:
-    """One measured program: its task (key), sentence, latency (None: it failed) and the
-    lowered program's features (search/features.py; None where not computed)."""
+    """One measured program: its task (key), sentence, latency (None: it failed), the
+    lowered program's features (search/features.py; None where not computed) and the
+    hardware it was measured on (its key)."""
     task_key: str
     sentence: str
     seconds: float | None
     features: np.ndarray | None = None
+    hw_key: str = ""
+
+    @property
+    def group(self) -> str:
+        """What latencies compare within: one task on one CPU class (the same task measured
+        on an AVX2 and an AVX-512 host are two rankings)."""
+        return f"{self.task_key}@{self.hw_key}"
 
 
 def programs_from_records(records: Iterable, tasks: dict, with_features: bool = True) -> list[Program]:
@@ -80,14 +88,15 @@ def programs_from_records(records: Iterable, tasks: dict, with_features: bool = 
                 feats = program_features(lower(space.replay(trace), task.args), hw)
         except TlmirError:
             continue
-        out.append(Program(rec.task_key, sentence, rec.best if rec.ok else None, feats))
+        out.append(Program(rec.task_key, sentence, rec.best if rec.ok else None, feats, rec.hw_key))
     return out
 
 
 def normalized_throughput(programs: Sequence[Program]) -> np.ndarray:
-    """Per program: its task's best latency / its latency (0 if it failed)."""
+    """Per program: the best latency of its group (task and CPU class) / its latency (0 if
+    it failed)."""
     return cost_model.normalized_throughput(np.array([1.0 / p.seconds if p.seconds else 0.0 for p in programs]),
-                                            np.array([p.task_key for p in programs]))
+                                            np.array([p.group for p in programs]))
 
 
 class Evaluator:
@@ -226,7 +235,7 @@ def train_evaluator(programs: Sequence[Program], tok: Tokenizer, cfg: WorldModel
     y = normalized_throughput(programs)
     by_task: dict[str, list[int]] = {}
     for i, p in enumerate(programs):
-        by_task.setdefault(p.task_key, []).append(i)
+        by_task.setdefault(p.group, []).append(i)
     keys = sorted(k for k, ix in by_task.items() if len(ix) >= 2)
     if not keys:
         raise TlmirError("training an evaluator needs a task with at least two measured programs")
@@ -311,7 +320,7 @@ def ranking_metrics(programs: Sequence[Program], scores: np.ndarray, k: int = 10
     y = normalized_throughput(programs)
     by_task: dict[str, list[int]] = {}
     for i, p in enumerate(programs):
-        by_task.setdefault(p.task_key, []).append(i)
+        by_task.setdefault(p.group, []).append(i)
     acc, top1, topk, taus = [], [], [], []
     for ix in by_task.values():
         if len(ix) < 2 or max(y[ix]) <= 0:
