@@ -54,6 +54,20 @@ def test_an_evaluator_reading_features_round_trips_and_asks_for_them(tmp_path):
         again.score([p.sentence for p in progs])
 
 
+def test_search_params_name_the_evaluator_the_world_ranker_starts_from(tmp_path):
+    from tlmir.runtime.target import search_params
+    from tlmir.search.rankers import WorldRanker
+    progs = _toy_programs(16)
+    train_evaluator(progs, TOK, WorldModelConfig(TOK.vocab_size, d_model=16), steps=2).save(str(tmp_path / "ev"))
+    task = Task.from_op(ops.matmul(64, 64, 64))
+    sp = search_params([f"world_evaluator={tmp_path / 'ev'}"])
+    ranker = WorldRanker(SearchSpace(task.outputs, HW, sp), task)
+    assert ranker.ev.model.config.d_model == 16 != cached_evaluator().model.config.d_model
+    bad = search_params([f"world_evaluator={tmp_path / 'none'}"])
+    with pytest.raises(TlmirError, match=f"evaluator {tmp_path / 'none'}: cannot read config.json"):
+        WorldRanker(SearchSpace(task.outputs, HW, bad), task)
+
+
 def test_fine_tuning_on_a_tasks_measurements_teaches_its_order():
     progs = [p for p in _toy_programs(64)][:64]  # the first task's programs only
     ev = train_evaluator(progs, TOK, WorldModelConfig(TOK.vocab_size, d_model=32), steps=1)

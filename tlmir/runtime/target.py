@@ -164,6 +164,8 @@ class SearchParams:
     tlm_first_round: int = 4           # ... measured in round one; each later round measures as many as
                                        # all before it, up to measures_per_round (0: measures_per_round)
     world_finetune_steps: int = 20     # world cost model: fine-tuning steps per round of measurements
+    world_evaluator: str = "default"   # ... and the trained evaluator it starts from (the TLM's ranker
+                                       # too): a shipped name or a directory `tlmir train evaluator` wrote
 
     def __post_init__(self):
         if self.tile_mutation not in ("move", "redraw"):

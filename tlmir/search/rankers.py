@@ -81,11 +81,12 @@ class MLPRanker:
 class WorldRanker:
     name = "world"
 
-    def __init__(self, space: SearchSpace, task, seed: int = 0, evaluator: str = DEFAULT_EVALUATOR):
+    def __init__(self, space: SearchSpace, task, seed: int = 0, evaluator: str | None = None):
         if task is None:
             raise TlmirError("the world cost model needs the task (its prompt is the model's state)")
         self.space, self.task, self.seed = space, task, seed
-        self.ev = cached_evaluator(evaluator)  # shared until the first fit copies it
+        # shared until the first fit copies it; None: the one SearchParams.world_evaluator names
+        self.ev = cached_evaluator(evaluator or space.sp.world_evaluator)
         self._own = False
         self._programs: dict = {}
         self._scores: dict[str, float] = {}
