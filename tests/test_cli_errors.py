@@ -30,6 +30,7 @@ CASES = [
     (["tune", *MM, "--param", "bias"], "--param"),
     (["tune", *MM, "--search-param", "populaton=3"], "populaton"),
     (["tune", *MM, "--search-param", "population=lots"], "population"),
+    (["iterate", "--out", "x", "--search-param", "world_evaluator"], "expected NAME=VALUE"),
     (["tune", *MM, "--target", "tpu"], "tpu"),
     (["tune", *MM, "--target", "cpu:neon"], "neon"),
     (["tune", *MM, "--target", "cpu -cores=x"], "-cores"),

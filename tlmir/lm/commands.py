@@ -104,7 +104,9 @@ def cmd_iterate(args) -> None:
     passive_openmp()
     from ..workloads import split_tasks
     from ..runtime.task import task_type
+    from ..runtime.target import search_params
     from .iterate import IterateConfig, Iteration, running_tasks, spread
+    sp = search_params(args.search_param)
     pool = [t for t in split_tasks(args.split) if t.flops <= args.max_gflop * 1e9]
     tasks = spread(pool, args.tasks) if args.tasks else pool
     held = running_tasks(args.out, args.archive)
@@ -117,7 +119,7 @@ def cmd_iterate(args) -> None:
                         sft_epochs=args.sft_epochs, rank_per_slot=args.rank_per_slot,
                         explore=args.explore, sft_data=args.sft_data, seed=args.seed,
                         start_model=args.start_model or "", extra_demos=args.extra_demos or "")
-    res = Iteration(args.out, args.model, tasks, cfg, archive=args.archive).run()
+    res = Iteration(args.out, args.model, tasks, cfg, archive=args.archive, sp=sp).run()
     last = res["curve"][-1]
     print(f"final model {res['out']} (from {res['final_model']}); normalized latency "
           f"{last['normalized_latency']:.4f} after {last['measurements']} measurements; "
@@ -294,6 +296,8 @@ def add_parsers(sub) -> None:
                     help="ranked: of each task's programs measured, this many are drawn at random "
                          "from the written rest instead of picked by the evaluator")
     it.add_argument("--seed", type=nonneg_int, default=0, help="random seed of the sampling")
+    it.add_argument("--search-param", action="append", default=[], metavar="NAME=VALUE",
+                    help="override a SearchParams field, e.g. world_evaluator=DIR (repeatable)")
     it.set_defaults(fn=cmd_iterate)
     ge = sub.add_parser("generate", help="generate schedules for an op with a TLM (paper Alg. 2)")
     ge.add_argument("--model", default="default",
