@@ -127,8 +127,10 @@ def test_stale_records_of_matching_tasks_are_left_out():
             Record("a", "conv2d_1x3x224x224_7x7_s2_p3", "hw", "{}", [1e-3], timestamp=t + 1),
             Record("b", "conv2d_1x3x224x224_3x3_s1_p1", "hw", "{}", [1e-3], timestamp=t - 1),
             Record("a", "conv2d_1x3x224x224_7x7_s2_p3", "hw", "{}", [1e-3]),
-            Record("c", "max_pool2d_1x64x112x112_3_s2_p1", "hw", "{}", [1e-3], timestamp=t - 1)]
-    assert drop_stale(recs, [rule]) == recs[1:]   # c was not measured again: its old records stay
+            Record("c", "max_pool2d_1x64x112x112_3_s2_p1", "hw", "{}", [1e-3], timestamp=t - 1),
+            Record("c", "max_pool2d_1x64x112x112_3_s2_p1", "hw2", "{}", [1e-3], timestamp=t + 1)]
+    # c was measured again on another CPU class only: its old records here stay
+    assert drop_stale(recs, [rule]) == recs[1:]
     assert drop_stale(recs, []) == recs
 
 

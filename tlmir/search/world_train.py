@@ -343,14 +343,15 @@ def ranking_metrics(programs: Sequence[Program], scores: np.ndarray, k: int = 10
 
 def drop_stale(records: Sequence[Record], stale: Sequence[tuple[str, float]]) -> list[Record]:
     """The records but the superseded ones: of a task whose name matches a pattern of
-    `stale`, measured before its time, where the task was measured again after it
-    ((pattern, Unix seconds) pairs). A task with only old records keeps them: they are
-    all it knows of its op type; a record of unknown time is kept."""
+    `stale`, measured before its time, where the task was measured again after it on the
+    same CPU class ((pattern, Unix seconds) pairs). A task with only old records keeps
+    them: they are all it knows of its op type; a record of unknown time is kept."""
     import re
     rules = [(re.compile(p), t) for p, t in stale]
-    remeasured = {(r.task_key, i) for r in records for i, (pat, t) in enumerate(rules)
+    remeasured = {(r.task_key, r.hw_key, i) for r in records for i, (pat, t) in enumerate(rules)
                   if r.timestamp is not None and r.timestamp >= t and pat.search(r.task_name)}
-    return [r for r in records if not any(r.timestamp is not None and r.timestamp < t and (r.task_key, i) in remeasured
+    return [r for r in records if not any(r.timestamp is not None and r.timestamp < t
+                                          and (r.task_key, r.hw_key, i) in remeasured
                                           for i, (_, t) in enumerate(rules))]
 
 
