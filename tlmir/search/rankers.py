@@ -81,12 +81,12 @@ class MLPRanker:
 class WorldRanker:
     name = "world"
 
-    def __init__(self, space: SearchSpace, task, seed: int = 0, evaluator: str | None = None):
+    def __init__(self, space: SearchSpace, task, seed: int = 0):
         if task is None:
             raise TlmirError("the world cost model needs the task (its prompt is the model's state)")
         self.space, self.task, self.seed = space, task, seed
-        # shared until the first fit copies it; None: the one SearchParams.world_evaluator names
-        self.ev = cached_evaluator(evaluator or space.sp.world_evaluator)
+        # the evaluator SearchParams.world_evaluator names, shared until the first fit copies it
+        self.ev = cached_evaluator(space.sp.world_evaluator)
         self._own = False
         self._programs: dict = {}
         self._scores: dict[str, float] = {}
