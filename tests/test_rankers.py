@@ -130,7 +130,7 @@ def test_evolutionary_search_with_the_world_model_resumes_after_a_kill(tmp_path,
     task = Task.from_op(ops.matmul(32, 32, 64))
     try:
         deadline, seen = time.monotonic() + 120, 0
-        while seen < 20 and time.monotonic() < deadline and child.poll() is None:
+        while seen < 12 and time.monotonic() < deadline and child.poll() is None:
             time.sleep(0.5)
             if os.path.exists(path):
                 with RecordDB(path) as db:
@@ -143,7 +143,7 @@ def test_evolutionary_search_with_the_world_model_resumes_after_a_kill(tmp_path,
     assert child.returncode == -signal.SIGKILL, child.stderr.read()
     with RecordDB(path) as db:
         before = [r.trace for r in db.records(task.key)]
-    assert len(before) >= 20
+    assert len(before) >= 12  # two warm-up rounds of 4, then rounds the world model ranks
     res = tune(task, trials=len(before) + 8, strategy="evolutionary@world", db=path, progress=False, sp=SMALL)
     with RecordDB(path) as db:
         after = db.records(task.key)
