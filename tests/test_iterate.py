@@ -251,11 +251,15 @@ def test_iterate_restarts_a_fine_tuning_the_kill_interrupted(tmp_path, monkeypat
 
 def test_iterate_on_a_new_cpu_class_starts_from_a_model_and_keeps_other_demonstrations(tmp_path):
     """--start-model writes the rounds before the first fine-tuning; --extra-demos join the
-    run's own demonstrations in every fine-tuning; an unreadable file is a one-line error."""
+    run's own demonstrations in every fine-tuning, but those of the run's own CPU class; an
+    unreadable file is a one-line error."""
+    from tlmir.lm.language import hw_prompt
     from tlmir.lm.registry import model_dir
     task = Task.from_op(ops.softmax(8, 64))
     extra = tmp_path / "other.jsonl"
-    extra.write_text(json.dumps({"key": "k", "task": "t", "seconds": 1.0, "sentence": "<s> v4 x"}) + "\n")
+    own = f"<s> v4 task {' '.join(hw_prompt(host_hardware()))} sketch 0 </s>"
+    extra.write_text("".join(json.dumps({"key": "k", "task": "t", "seconds": 1.0, "sentence": s}) + "\n"
+                             for s in ("<s> v4 x", own)))
     cfg = IterateConfig(rounds=1, per_task=2, batches=1, start_model="tlm", extra_demos=str(extra))
     it = Iteration(str(tmp_path / "run"), "base", [task], cfg, log=None)
     assert it.latest_model(0) == (model_dir("tlm"), -1) and it.base == model_dir("base")

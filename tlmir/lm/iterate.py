@@ -50,7 +50,7 @@ from ..search.measurer import Measurer
 from ..search.strategy import make_candidate
 from ..search.tune import measure_candidate
 from .checkpoint import atomic_write_text, read_config
-from .language import trace_to_sentence
+from .language import hw_prompt, trace_to_sentence
 
 STRATEGY = "iterate"
 PROGRESS = "progress.json"
@@ -186,9 +186,9 @@ class Iteration:
         if self.cfg.extra_demos and self.cfg.sft_data != "best":
             raise TlmirError("iterate's extra_demos are demonstrations: they need sft_data 'best'")
         self.start = model_dir(self.cfg.start_model) if self.cfg.start_model else self.base
-        self.extra = self._extra_sentences()
         self.tasks = {t.key: t for t in tasks}
         self.hw, self.sp = hw or host_hardware(), sp or SearchParams()
+        self.extra = self._extra_sentences()
         self.log = log or (lambda m: None)
         os.makedirs(out, exist_ok=True)
         self._t0 = time.monotonic()
@@ -285,10 +285,13 @@ class Iteration:
         return self.start, -1
 
     def _extra_sentences(self) -> list[str]:
+        """The extra demonstrations but those of this run's CPU class (a shipped model's file
+        may hold some): the run's own measurements of its class supersede them."""
         if not self.cfg.extra_demos:
             return []
         from .sample import read_sentences  # an unreadable file or row: an error naming it
-        return [r["sentence"] for r in read_sentences(self.cfg.extra_demos)]
+        own = f" {' '.join(hw_prompt(self.hw))} "
+        return [r["sentence"] for r in read_sentences(self.cfg.extra_demos) if own not in r["sentence"]]
 
     def demonstrations(self) -> list[dict]:
         """The best program per task, plus each sketch's best within `demo_sketch_slack`
