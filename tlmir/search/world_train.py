@@ -92,6 +92,14 @@ def programs_from_records(records: Iterable, tasks: dict, with_features: bool = 
     return out
 
 
+def group_indices(programs: Sequence[Program]) -> dict[str, list[int]]:
+    """Program.group -> the indices of its programs, in order: what rankings compare within."""
+    out: dict[str, list[int]] = {}
+    for i, p in enumerate(programs):
+        out.setdefault(p.group, []).append(i)
+    return out
+
+
 def normalized_throughput(programs: Sequence[Program]) -> np.ndarray:
     """Per program: the best latency of its group (task and CPU class) / its latency (0 if
     it failed)."""
@@ -233,9 +241,7 @@ def train_evaluator(programs: Sequence[Program], tok: Tokenizer, cfg: WorldModel
     step are saved there every `checkpoint_every` steps, and a run started again with the
     same settings goes on from the last one: same batches, same schedule."""
     y = normalized_throughput(programs)
-    by_task: dict[str, list[int]] = {}
-    for i, p in enumerate(programs):
-        by_task.setdefault(p.group, []).append(i)
+    by_task = group_indices(programs)
     keys = sorted(k for k, ix in by_task.items() if len(ix) >= 2)
     if not keys:
         raise TlmirError("training an evaluator needs a task with at least two measured programs")
@@ -318,9 +324,7 @@ def ranking_metrics(programs: Sequence[Program], scores: np.ndarray, k: int = 10
     top-1 / top-k recall (the measured best is the top pick / among the top k picks) and
     Kendall's tau."""
     y = normalized_throughput(programs)
-    by_task: dict[str, list[int]] = {}
-    for i, p in enumerate(programs):
-        by_task.setdefault(p.group, []).append(i)
+    by_task = group_indices(programs)
     acc, top1, topk, taus = [], [], [], []
     for ix in by_task.values():
         if len(ix) < 2 or max(y[ix]) <= 0:
