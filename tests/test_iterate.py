@@ -24,7 +24,7 @@ from tlmir.schedule.space import SearchSpace
 from tlmir.search.tune import tune
 
 SMALL = SearchParams(population=16, measures_per_round=8, evolution_iters=2, tlm_hybrid_pool=32,
-                     tlm_rank_per_slot=4)
+                     tlm_rank_per_slot=4, tlm_rank_min_pool=0)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -176,7 +176,7 @@ def test_eval_reports_framework_sums_and_speedups(tmp_path):
     tasks = [Task.from_op(ops.softmax(8, 64)), Task.from_op(ops.dense(16, 32, 64, bias=True))]
     ev = Evaluation(str(tmp_path), tasks, fws, sp=SMALL, log=None)
     ev.search()
-    rep = ev.report()
+    rep = ev.report(rounds=1)
     assert rep["complete_tasks"] == 2
     totals = rep["framework_seconds"]
     assert set(totals) == {"tlm-1", "tlm-3", "random-2", "random-4", "pytorch"}
@@ -214,7 +214,7 @@ def test_tlm_tunes_a_user_defined_te_operator():
     k = te.reduce_axis(40, name="r")
     S = te.compute((48,), lambda i: te.sum(A[i, k] * A[i, k], axis=k), name="sumsq")
     task = Task("sum_of_squares", [A, S], reference=lambda a: [(a.astype("float64") ** 2).sum(1).astype("float32")])
-    res = tune(task, trials=4, strategy="tlm", progress=False)
+    res = tune(task, trials=4, strategy="tlm", sp=SMALL, progress=False)
     assert res.measurements == 4 and res.failures == 0 and res.best_trace is not None
     a = task.random_inputs(1)[0]
     out = np.zeros(48, "float32")

@@ -11,7 +11,7 @@ import pytest
 
 from tlmir import ops
 from tlmir.cli import main
-from tlmir.errors import TlmirError
+from tlmir.errors import ScheduleError, TlmirError
 from tlmir.runtime.records import RecordDB
 from tlmir.runtime.target import SearchParams, host_hardware
 from tlmir.runtime.task import Task
@@ -91,7 +91,7 @@ def test_ranked_tlm_measures_the_top_picks_of_its_pool(likelihood):
     """Weight 0: the evaluator's top picks; otherwise the top of evaluator rank + weight x
     likelihood rank."""
     task = Task.from_op(ops.dense(16, 64, 64))
-    space = SearchSpace(task.outputs, host_hardware(), SearchParams(tlm_rank_per_slot=8,
+    space = SearchSpace(task.outputs, host_hardware(), SearchParams(tlm_rank_per_slot=8, tlm_rank_min_pool=0,
                                                                     tlm_rank_likelihood=likelihood))
     search = make_strategy("tlm", space, task, seed=0)
     pools = []
@@ -109,6 +109,24 @@ def test_ranked_tlm_measures_the_top_picks_of_its_pool(likelihood):
     by_key = dict(zip((c.key for c in pools[0]), scores))
     assert sorted((by_key[c.key] for c in picks), reverse=True) == sorted(scores, reverse=True)[:3]
     assert make_strategy("tlm@none", space, task).ranker is None
+
+
+def test_ranked_tlm_picks_one_program_from_at_least_the_minimum_pool():
+    """TLM-1 ranks as large a pool as a ten-measurement run (`tlm_rank_min_pool`), capped
+    by `tlm_rank_max`; a negative minimum is refused, naming the field."""
+    task = Task.from_op(ops.dense(16, 64, 64))
+    sizes = []
+    for min_pool, cap in ((24, 1024), (24, 16)):
+        sp = SearchParams(tlm_rank_per_slot=4, tlm_rank_min_pool=min_pool, tlm_rank_max=cap)
+        search = make_strategy("tlm", SearchSpace(task.outputs, host_hardware(), sp), task, seed=0)
+        asked = []
+        write = search._write
+        search._write = lambda n, exclude, draws=4: asked.append(n) or write(n, exclude, draws)
+        assert len(search.propose(1)) == 1
+        sizes.append(asked[0])
+    assert sizes == [24, 16]
+    with pytest.raises(ScheduleError, match="tlm_rank_min_pool"):
+        SearchParams(tlm_rank_min_pool=-1)
 
 
 _CHILD = """

@@ -87,7 +87,7 @@ def network_demo(network: str, trials_per_task: int, model: str, strategy: str =
           f"per subgraph", flush=True)  # before the first progress line on stderr, also in a pipe
     t0 = time.perf_counter()
     rep = network_report(network, strategy, trials_per_task, model=model,
-                         sp=SearchParams(tlm_rank_per_slot=rank_per_slot))
+                         sp=SearchParams(tlm_rank_per_slot=rank_per_slot, tlm_rank_min_pool=0))
     print(f"demo finished in {time.perf_counter() - t0:.0f} s")
     print(format_network(rep))  # its last line: faster or slower than PyTorch, in words
 
@@ -98,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trials-per-task", type=positive_int, default=10, help="measurements per subgraph")
     p.add_argument("--model", default="default", help="TLM: default (shipped, SFT'd), base, or a directory")
     p.add_argument("--strategy", default="tlm", help="tlm (ranked by the evaluator) or tlm@none (as written)")
-    p.add_argument("--rank-per-slot", type=positive_int, default=16, help="programs the TLM writes per measurement")
+    p.add_argument("--rank-per-slot", type=positive_int, default=16,
+                   help="programs the TLM writes per measurement (the pool: this x trials, no minimum)")
     p.add_argument("--matmul", action="store_true", help="the hand-scheduled matmul demo instead")
     a = p.parse_args(argv)
     try:

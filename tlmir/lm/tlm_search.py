@@ -2,11 +2,12 @@
 
 `tlm`: every round the TLM writes new programs for the task (constrained generation,
 batched); the tuner measures them and keeps the best. Ranked (the default, `tlm@world`),
-the TLM writes `tlm_rank_per_slot` programs per measurement (at most `tlm_rank_max` a
-round) and the world-model evaluator (search/rankers.py) picks the ones measured, so
-TLM-1 measures the evaluator's best guess of 64; it is fine-tuned on the task's
-measurements for later rounds. Unranked (`tlm@none`), the very first candidate is the
-model's greedy answer (temperature 0) and the rest are sampled, measured as written.
+the TLM writes `tlm_rank_per_slot` programs per measurement (at least `tlm_rank_min_pool`,
+at most `tlm_rank_max` a round) and the world-model evaluator (search/rankers.py) picks
+the ones measured, so TLM-1 measures the evaluator's best guess of 640; it is fine-tuned
+on the task's measurements for later rounds. Unranked (`tlm@none`), the very first
+candidate is the model's greedy answer (temperature 0) and the rest are sampled,
+measured as written.
 
 `tlm+evolutionary`: the first round is a ranked `tlm` round of a few programs picked
 from a large pool; after it, Ansor's evolutionary search runs with TLM programs in place
@@ -70,12 +71,12 @@ class TLMSearch(RandomSearch):
 
     def _generate(self, n: int, exclude: set) -> list[Candidate]:
         """Up to n distinct TLM programs whose traces are not in `exclude`: the first n
-        written, or ranked, the evaluator's top n of n x tlm_rank_per_slot written (or of
-        `pool_size`)."""
+        written, or ranked, the evaluator's top n of n x tlm_rank_per_slot written (within
+        tlm_rank_min_pool .. tlm_rank_max, or `pool_size`)."""
         if self.ranker is None or n <= 0:
             return self._write(n, exclude)
         sp = self.space.sp
-        size = self.pool_size or min(n * sp.tlm_rank_per_slot, sp.tlm_rank_max)
+        size = self.pool_size or min(max(n * sp.tlm_rank_per_slot, sp.tlm_rank_min_pool), sp.tlm_rank_max)
         pool = self._write(max(n, size), exclude, draws=2)
         order = np.argsort(-self.rank_scores(pool), kind="stable")
         return [pool[i] for i in order[:n]]

@@ -157,6 +157,8 @@ class SearchParams:
     tlm_temperature: float = 1.0       # sampling temperature of the tlm strategies (first program: greedy)
     tlm_rank_per_slot: int = 64        # tlm ranked by the world model: samples written per program measured
     tlm_rank_max: int = 1024           # ... and at most this many per round
+    tlm_rank_min_pool: int = 640       # ... and at least this many (TLM-1 picks from as many as TLM-10:
+                                       # its pick of 640 ran 1.07-1.11x its pick of 64, docs/model.md)
     tlm_rank_likelihood: float = 0.0   # > 0: picked by the evaluator's rank + this x the rank by the
                                        # model's likelihood of the program (1: no better, docs/model.md)
     tlm_hybrid_pool: int = 640         # tlm+evolutionary: programs the TLM writes in round one, the
@@ -177,6 +179,10 @@ class SearchParams:
         if any(not isinstance(w, (int, float)) or w < 0 for _, w in self.mutation_weights):
             raise ScheduleError(f"SearchParams.mutation_weights must be (kind, weight >= 0) pairs, "
                                 f"got {self.mutation_weights!r}")
+        if self.tlm_rank_per_slot < 1 or self.tlm_rank_min_pool < 0 or self.tlm_rank_max < 1:
+            raise ScheduleError(f"SearchParams: tlm_rank_per_slot and tlm_rank_max must be >= 1 and "
+                                f"tlm_rank_min_pool >= 0, got {self.tlm_rank_per_slot!r}, "
+                                f"{self.tlm_rank_max!r} and {self.tlm_rank_min_pool!r}")
         if self.pack_max_repeat < 1:
             raise ScheduleError(f"SearchParams.pack_max_repeat must be >= 1, got {self.pack_max_repeat!r}")
         if not 0.0 <= self.sketch_share <= 1.0 or self.sketch_drop_factor < 1.0 or self.sketch_drop_after < 0:
