@@ -107,6 +107,9 @@ def cmd_iterate(args) -> None:
     from ..runtime.target import search_params
     from .iterate import IterateConfig, Iteration, running_tasks, spread
     sp = search_params(args.search_param)
+    for name in (args.model, args.start_model):  # a misspelt model fails before the split is built
+        if name:
+            model_dir(name)
     pool = [t for t in split_tasks(args.split) if t.flops <= args.max_gflop * 1e9]
     tasks = spread(pool, args.tasks) if args.tasks else pool
     held = running_tasks(args.out, args.archive)
