@@ -1,6 +1,6 @@
 """tlmir tuned for this machine's GPU against PyTorch (cuBLAS / cuDNN, fp32, TF32 off).
 
-    .venv/bin/python bench/gpu_tune.py [--trials 256] [--tasks matmul1024,...]
+    .venv/bin/python bench/gpu_tune.py [--trials 256] [--minutes-per-task 3.5] [--tasks matmul1024,...]
         [--db-dir runs/gpu] [--json out.json]
 
 Needs a CUDA GPU (and, for the PyTorch column, a CUDA build of torch); where there is no
@@ -10,6 +10,8 @@ of its own (a rerun resumes), measured in an isolated worker as every search is 
 faulting kernel costs one trial); then its best program, rebuilt and checked against the
 numpy reference, is timed with CUDA events on device-resident arrays beside PyTorch's
 call timed the same way in the same process, with TF32 off for matmul and convolution.
+A task's search stops at --trials or after --minutes-per-task, whichever comes first, so
+a machine lent for half an hour reaches every task; --json is rewritten after each task.
 """
 from __future__ import annotations
 
@@ -60,6 +62,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated subset of {', '.join(TASKS)}")
     p.add_argument("--trials", type=int, default=256, help="evolutionary search measurements per task")
+    p.add_argument("--minutes-per-task", type=float, default=3.5,
+                   help="start no search round of a task after this long (0: one round)")
     p.add_argument("--db-dir", default="runs/gpu")
     p.add_argument("--json")
     a = p.parse_args()
@@ -87,7 +91,7 @@ def main() -> None:
         op = make(ops)
         task = Task.from_op(op, name=name)
         r = tune(task, hw=hw, trials=a.trials, strategy="evolutionary",
-                 db=os.path.join(a.db_dir, f"{name}.db"), progress=True)
+                 db=os.path.join(a.db_dir, f"{name}.db"), progress=True, max_seconds=60 * a.minutes_per_task)
         if r.best_trace is None:
             print(f"{name}: no program of the search ran correctly")
             continue
@@ -105,10 +109,10 @@ def main() -> None:
         rows.append(row)
         vs = f"{row['x_torch']:.2f}x PyTorch ({row['torch_ms']:.4f} ms)" if torch_s else \
             "PyTorch not timed: torch has no CUDA here (install the CUDA build of torch==2.13.0)"
-        print(f"{desc}: {row['tlmir_ms']:.4f} ms, {task.flops / tlmir_s / 1e9:.0f} GFLOP/s, {vs}")
-    if a.json:
-        with open(a.json, "w") as fh:
-            json.dump({"hardware": hw.key, "rows": rows}, fh, indent=1)
+        print(f"{desc}: {row['tlmir_ms']:.4f} ms, {task.flops / tlmir_s / 1e9:.0f} GFLOP/s, {vs}", flush=True)
+        if a.json:  # after every task: a run cut off by the machine's time limit keeps what it did
+            with open(a.json, "w") as fh:
+                json.dump({"hardware": hw.key, "rows": rows}, fh, indent=1)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,8 @@ CASES = [
     (["tune", "--op", "matmul", "--workload", "resnet-50"], "--workload"),
     (["tune", "--workload", "resnet-50", "--trials", "3"], "--trials"),
     (["tune", "--op", "matmul", "--trials-per-task", "3"], "--trials-per-task"),
+    (["tune", *MM, "--max-seconds", "-1"], "--max-seconds"),
+    (["tune", "--workload", "resnet-50", "--max-seconds", "30"], "--max-seconds"),
     (["tune", "--op", "nope"], "nope"),
     (["tune"], "--op"),
     (["tune", *MM, "--strategy", "annealing"], "annealing"),

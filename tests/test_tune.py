@@ -35,6 +35,16 @@ def test_tune_finds_a_verified_kernel_and_records_everything(tmp_path):
         assert rdb.best(task.key, recs[0].hw_key)[0].best == pytest.approx(res.best_seconds)
 
 
+def test_tune_out_of_time_stops_after_its_first_round():
+    """max_seconds: no round starts after it (the first always runs, and no confirmation
+    follows); a negative budget is refused."""
+    task = Task.from_op(ops.softmax(8, 64))
+    res = tune(task, trials=64, strategy="random", sp=SMALL, progress=False, max_seconds=0)
+    assert res.measurements == SMALL.measures_per_round and res.best_trace is not None
+    with pytest.raises(tlmir.TlmirError, match="max_seconds"):
+        tune(task, trials=8, strategy="random", progress=False, max_seconds=-1.0)
+
+
 def test_user_defined_task_without_numpy_reference(capsys):
     """Also: away from a terminal (a pipe, a log) progress is a line per round."""
     A = te.placeholder((32, 48), name="A")

@@ -5,7 +5,7 @@ import os
 import sys
 from argparse import ArgumentTypeError
 
-from .argtypes import Parser, int_list, nonneg_int, op_args, op_from_args, positive_int
+from .argtypes import Parser, int_list, nonneg_float, nonneg_int, op_args, op_from_args, positive_int
 from .errors import ArgumentError, TlmirError
 
 
@@ -123,6 +123,8 @@ def cmd_tune(args) -> None:
         raise ArgumentError("tune: --trials is for --op; with --workload give --trials-per-task")
     if not args.workload and args.trials_per_task is not None:
         raise ArgumentError("tune: --trials-per-task is for --workload; with --op give --trials")
+    if args.workload and args.max_seconds is not None:
+        raise ArgumentError("tune: --max-seconds is for --op (a workload's tasks share --trials-per-task)")
     if args.cost_model:
         args.strategy = f"{args.strategy.partition('@')[0]}@{args.cost_model}"
     from .runtime.target import parse_target, search_params
@@ -143,7 +145,7 @@ def cmd_tune(args) -> None:
             raise TlmirError("tune needs --op (with --shape/--param) or --workload")
         results = [tune(Task.from_op(op_from_args(args)), trials=args.trials or 64, strategy=args.strategy,
                         db=args.db, seed=args.seed, progress=not args.json, hw=hw, model=args.model,
-                        sp=sp)]
+                        sp=sp, max_seconds=args.max_seconds)]
     rows = []
     from .evaluate import default_seconds, task_baselines
     gpu = hw.kind == "cuda"  # the CPU baselines and the untuned (unbound) schedule say nothing of a GPU's
@@ -392,6 +394,8 @@ def main(argv: list[str] | None = None) -> int:
     tu.add_argument("--trials", type=positive_int, help="measurements for --op (default 64)")
     tu.add_argument("--trials-per-task", type=positive_int,
                     help="measurements per task for --workload (default 64)")
+    tu.add_argument("--max-seconds", type=nonneg_float,
+                    help="with --op: start no search round after this many seconds (the first always runs)")
     tu.add_argument("--strategy", default="evolutionary",
                     help="random | evolutionary | tlm | tlm+evolutionary (NAME@COST_MODEL also works)")
     tu.add_argument("--cost-model", choices=("mlp", "world", "none"),

@@ -225,13 +225,18 @@ class TaskTuner:
 def tune(task: Task, target: str = "cpu", trials: int = 64, strategy: str = "evolutionary",
          db: str | RecordDB | None = None, seed: int = 0, progress: bool = True,
          hw: HardwareParams | None = None, sp: SearchParams | None = None,
-         measurer: Measurer | None = None, model: str = "default") -> TuneResult:
+         measurer: Measurer | None = None, model: str = "default",
+         max_seconds: float | None = None) -> TuneResult:
     """Search `task`'s schedule space for `trials` measurements in total (database included),
     compiled for `target` ("cpu", "cpu:avx2", ...: runtime.target.parse_target) unless `hw`
     names the hardware. `model`: the TLM of the tlm strategies (`default`: the shipped one,
-    or a directory)."""
+    or a directory). `max_seconds`: start no round after this long (the first always runs;
+    a borrowed machine's minutes spread over several tasks)."""
     if not isinstance(task, Task):
         raise TlmirError(f"tune expects a tlmir.Task, got {type(task).__name__}")
+    if max_seconds is not None and not max_seconds >= 0:
+        raise TlmirError(f"tune: max_seconds must be >= 0, got {max_seconds!r}")
+    start = time.perf_counter()
     hw, sp = hw or parse_target(target), sp or SearchParams()
     own_db = not isinstance(db, RecordDB)
     rdb = db if isinstance(db, RecordDB) else RecordDB(db or ":memory:")
@@ -242,14 +247,20 @@ def tune(task: Task, target: str = "cpu", trials: int = 64, strategy: str = "evo
         if tuner.result.measurements:
             bar.line(f"{task.name}: {tuner.result.measurements} measurements resumed from {rdb.path}")
         confirm = sp.confirm_top * sp.confirm_rounds if trials >= sp.confirm_min_trials else 0
+        rounds, out_of_time = 0, False
         while tuner.result.measurements < trials - confirm:
             before = tuner.result.measurements
+            out_of_time = max_seconds is not None and rounds > 0 and time.perf_counter() - start >= max_seconds
+            if out_of_time:
+                bar.line(f"{task.name}: out of time ({max_seconds:g} s) at {before} measurements")
+                break
+            rounds += 1
             n = min(tuner.round_size(), trials - confirm - before)
             if tuner.step(n, bar, before) == 0:
                 break  # the space is exhausted
             bar.line(f"{task.name}: {tuner.result.measurements}/{trials} measured, "
                      f"best {tuner.result.gflops:.2f} GFLOP/s")
-        if confirm and tuner.result.measurements < trials:
+        if confirm and tuner.result.measurements < trials and not out_of_time:
             tuner.confirm(trials - tuner.result.measurements, bar)
         bar.close()
         return tuner.result
