@@ -40,7 +40,8 @@ def test_show_db_says_when_a_database_has_no_records(capsys, tmp_path):
 
 def test_tune_with_the_shipped_tlm_prints_json(capsys):
     assert main(["tune", "--op", "dense", "--shape", "16,32,64", "--param", "bias=true", "--strategy", "tlm",
-                 "--trials", "3", "--search-param", "tlm_rank_min_pool=0", "--json"]) == 0
+                 "--trials", "3", "--search-param", "tlm_rank_min_pool=0", "--search-param", "tlm_rank_per_slot=8",
+                 "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["measurements"] == 3 and out["gflops"] > 0 and out["trace"]
     assert out["torch_seconds"] > 0

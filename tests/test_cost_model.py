@@ -237,7 +237,7 @@ MEASURED_OPS = {
     "matmul": lambda: ops.matmul(128, 128, 128),
     "conv2d": lambda: ops.conv2d_nchw(1, 16, 16, 16, 16, 3, 3, padding=1),
 }
-N_PER_OP = 80
+N_PER_OP = 60
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from tlmir.schedule.space import SearchSpace
 from tlmir.search.tune import tune
 
 SMALL = SearchParams(population=16, measures_per_round=8, evolution_iters=2, tlm_hybrid_pool=32,
-                     tlm_rank_per_slot=4, tlm_rank_min_pool=0)
+                     tlm_rank_per_slot=4, tlm_rank_min_pool=0, cost_model_steps=100)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -130,6 +130,7 @@ class SearchParams:
     measures_per_round: int = 64
     warmup_rounds: int = 4             # evolutionary search measures its first round's worth in this
                                        # many smaller rounds, so its cost model ranks from round two
+    cost_model_steps: int = 600        # evolutionary search: training steps of the MLP cost model per round
     eps_greedy: float = 0.05
     local_share: float = 0.25          # evolutionary search: share of a round measured as random,
                                        # unranked mutants of the best measured programs
@@ -179,6 +180,8 @@ class SearchParams:
         if any(not isinstance(w, (int, float)) or w < 0 for _, w in self.mutation_weights):
             raise ScheduleError(f"SearchParams.mutation_weights must be (kind, weight >= 0) pairs, "
                                 f"got {self.mutation_weights!r}")
+        if self.cost_model_steps < 1:
+            raise ScheduleError(f"SearchParams.cost_model_steps must be >= 1, got {self.cost_model_steps!r}")
         if self.tlm_rank_per_slot < 1 or self.tlm_rank_min_pool < 0 or self.tlm_rank_max < 1:
             raise ScheduleError(f"SearchParams: tlm_rank_per_slot and tlm_rank_max must be >= 1 and "
                                 f"tlm_rank_min_pool >= 0, got {self.tlm_rank_per_slot!r}, "

@@ -55,7 +55,7 @@ class MLPRanker:
 
     def __init__(self, space: SearchSpace, task=None, seed: int = 0):
         self.space = space
-        self.model = CostModel(seed=seed)
+        self.model = CostModel(seed=seed, steps=space.sp.cost_model_steps)
         self._feat: dict[str, np.ndarray | None] = {}
 
     def features(self, cands: Sequence) -> np.ndarray:
