@@ -36,7 +36,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from tlmir.search.cost_model import CostModel  # noqa: E402
-from tlmir.runtime.records import read_records  # noqa: E402
+from tlmir.runtime.records import drop_tick_artefacts, read_records  # noqa: E402
 from tlmir.search.world_train import Evaluator, Program, programs_from_records, ranking_metrics  # noqa: E402
 from tlmir.workloads import split_tasks  # noqa: E402
 
@@ -58,10 +58,13 @@ def main() -> None:
     p.add_argument("--static", help="its no-transition ablation")
     p.add_argument("--online", type=int, default=64)
     p.add_argument("--finetune-steps", type=int, default=60, help="world online: fine-tuning steps")
+    p.add_argument("--drop-tick-artefacts", action="store_true",
+                   help="leave scheduler-tick artefacts (records.tick_artefact) out of every set")
     a = p.parse_args()
+    clean = drop_tick_artefacts if a.drop_tick_artefacts else list
     held = {t.key: t for t in split_tasks("held-out")}
     train_tasks = {t.key: t for t in split_tasks("train")}
-    test_recs = [r for r in read_records(a.test) if r.task_key in held]
+    test_recs = [r for r in clean(read_records(a.test)) if r.task_key in held]
     by_task: dict[str, list] = {}
     for r in test_recs:
         by_task.setdefault(r.task_key, []).append(r)
@@ -71,7 +74,7 @@ def main() -> None:
     print(f"test: {len(progs)} programs of {len(first)} held-out tasks (after each task's first {a.online})")
     rows = {"random": np.random.default_rng(0).random(len(progs))}
     rest_feat = feature_rows(progs)
-    train = programs_from_records(read_records(a.train), train_tasks)
+    train = programs_from_records(clean(read_records(a.train)), train_tasks)
     mlp = CostModel()
     mlp.fit(feature_rows(train), throughput(train), np.array([q.group for q in train]))
     rows["mlp cross-task"] = mlp.predict(rest_feat)

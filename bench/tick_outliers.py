@@ -21,13 +21,13 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from tlmir.runtime.records import read_records  # noqa: E402
+from tlmir.runtime.records import TICK_SECONDS, read_records, tick_artefact  # noqa: E402
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("paths", nargs="+", help="records (.db or .jsonl[.xz])")
-    p.add_argument("--tick", type=float, default=4e-3, help="scheduler tick in seconds")
+    p.add_argument("--tick", type=float, default=TICK_SECONDS, help="scheduler tick in seconds")
     p.add_argument("--factor", type=float, default=20.0, help="slower than the task's best by this much")
     p.add_argument("--width", type=float, default=0.0625, help="phase window either side of a multiple")
     a = p.parse_args()
@@ -36,10 +36,10 @@ def main() -> None:
         best: dict = {}
         for r in recs:
             best[(r.task_key, r.hw_key)] = min(r.best, best.get((r.task_key, r.hw_key), r.best))
-        slow = np.array([r.best for r in recs if 0.95 * a.tick <= r.best <= 10 * a.tick
-                         and r.best >= a.factor * best[(r.task_key, r.hw_key)]])
-        phase = (slow / a.tick) % 1.0
-        near = int(((phase < a.width) | (phase > 1 - a.width)).sum())
+        slow = [r for r in recs if 0.95 * a.tick <= r.best <= 10 * a.tick
+                and r.best >= a.factor * best[(r.task_key, r.hw_key)]]
+        phase = (np.array([r.best for r in slow]) / a.tick) % 1.0
+        near = sum(tick_artefact(r.best, best[(r.task_key, r.hw_key)], a.tick, a.factor, a.width) for r in slow)
         even = 2 * a.width * len(slow)
         hist = np.histogram(phase, bins=16, range=(0, 1))[0]
         print(f"{path}: {len(recs)} records, {len(slow)} slow; at a multiple of {a.tick * 1e3:g} ms: "

@@ -10,8 +10,8 @@ import time
 import pytest
 
 from tlmir.errors import RecordError, TlmirError
-from tlmir.runtime.records import (SCHEMA_VERSION, Record, RecordDB, export_jsonl,
-                                   import_jsonl)
+from tlmir.runtime.records import (SCHEMA_VERSION, Record, RecordDB, drop_tick_artefacts, export_jsonl,
+                                   import_jsonl, tick_artefact)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KA, KB = "a" * 16, "b" * 16
@@ -41,6 +41,20 @@ def test_record_fields_and_dict_round_trip():
         Record(KA, "t", HW1, "[]", [float("nan")])
     with pytest.raises(RecordError, match="missing"):
         Record.from_dict({"task_key": KA})
+
+
+def test_tick_artefacts_are_timings_at_a_multiple_of_the_tick_far_above_the_best():
+    """A parallel kernel timed beside another job is recorded at whole scheduler ticks (4 ms):
+    such a timing, 20x the task's best or more, is left out; a slow timing off the tick, a
+    fast one and the same timing on another CPU class whose best is slow are kept."""
+    assert tick_artefact(8.01e-3, 10e-6) and tick_artefact(3.99e-3, 10e-6) and tick_artefact(16.1e-3, 50e-6)
+    assert not tick_artefact(6.0e-3, 10e-6)           # half a tick off: a genuinely slow program
+    assert not tick_artefact(8.0e-3, 1e-3)            # only 8x the best
+    assert not tick_artefact(60e-3, 10e-6)            # longer than 10 ticks
+    recs = [rec(KA, HW1, 0, [10e-6]), rec(KA, HW1, 1, [8.02e-3]), rec(KA, HW1, 2, [6.0e-3]),
+            rec(KA, HW2, 3, [2e-3]), rec(KA, HW2, 4, [8.02e-3]), rec(KB, HW1, 5, None, error="boom")]
+    kept = drop_tick_artefacts(recs)
+    assert [r.seconds for r in kept] == [r.seconds for r in recs if r.seconds != [8.02e-3] or r.hw_key == HW2]
 
 
 def test_round_trip_in_file(tmp_path):

@@ -195,6 +195,32 @@ def best_of(records: list[Record]) -> tuple[str, float] | None:
     return r.trace, r.best
 
 
+TICK_SECONDS = 4e-3  # the scheduler tick of the Linux VMs the archived records were measured on
+
+
+def tick_artefact(seconds: float, task_best: float, tick: float = TICK_SECONDS, factor: float = 20.0,
+                  width: float = 1 / 16) -> bool:
+    """Is `seconds` (a task whose best is `task_best`) a scheduler-tick artefact? A parallel
+    kernel timed while another process, niced or not, ran on its second core waits whole
+    ticks at its barriers: it is recorded at a multiple of the tick however fast it is. A
+    timing `factor` x slower than the best, 1-10 ticks long and within `width` of a
+    multiple counts (a genuinely slow program lands there 2 x `width` of the time)."""
+    if not 0.95 * tick <= seconds <= 10 * tick or seconds < factor * task_best:
+        return False
+    phase = (seconds / tick) % 1.0
+    return phase < width or phase > 1 - width
+
+
+def drop_tick_artefacts(records: Sequence[Record], **kw) -> list[Record]:
+    """The records but the tick artefacts (`tick_artefact`, against the best record of the
+    same task and CPU class)."""
+    best: dict[tuple[str, str], float] = {}
+    for r in records:
+        if r.ok:
+            best[(r.task_key, r.hw_key)] = min(r.best, best.get((r.task_key, r.hw_key), r.best))
+    return [r for r in records if not (r.ok and tick_artefact(r.best, best[(r.task_key, r.hw_key)], **kw))]
+
+
 class RecordDB:
     """`RecordDB(path)`: open or create a records database (":memory:" for a throwaway one).
 

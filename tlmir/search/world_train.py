@@ -33,7 +33,7 @@ from ..errors import ModelError, TlmirError
 from ..lm.checkpoint import atomic_write, atomic_write_text, sha256_file
 from ..lm.language import trace_to_sentence
 from ..lm.tokenizer import Tokenizer
-from ..runtime.records import Record, read_records
+from ..runtime.records import Record, drop_tick_artefacts, read_records
 from ..runtime.target import HardwareParams
 from ..schedule.decider import Trace
 from ..schedule.lower import lower
@@ -369,13 +369,18 @@ def train_from_records(paths: Sequence[str], out: str, tokenizer: str, cfg_field
     `stale`: (task-name pattern, Unix time) pairs; a training record of a matching task
     measured before its time, where the task was measured again since, is left out
     (`drop_stale`: shuffled strided loads made the programs that vectorize strided reads
-    fastest, which older records of strided convs rank slowest)."""
+    fastest, which older records of strided convs rank slowest). Scheduler-tick artefacts
+    (`records.tick_artefact`: parallel programs timed beside another job) are left out of
+    both sides."""
     from ..workloads import split_tasks
     recs = read_records(paths)
     fresh = drop_stale(recs, stale)
     if log and len(fresh) < len(recs):
         log(f"[evaluator] {len(recs) - len(fresh)} stale records left out")
-    recs = fresh
+    clean = drop_tick_artefacts(fresh)
+    if log and len(clean) < len(fresh):
+        log(f"[evaluator] {len(fresh) - len(clean)} scheduler-tick artefacts left out")
+    recs = clean
     tok = Tokenizer.load(tokenizer)
     train = programs_from_records(recs, {t.key: t for t in split_tasks("train")})
     held = programs_from_records(recs, {t.key: t for t in split_tasks("held-out")})
