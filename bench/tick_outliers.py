@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from tlmir.runtime.records import TICK_SECONDS, read_records, tick_artefact  # noqa: E402
+from tlmir.runtime.records import TICK_SECONDS, read_records, task_bests, tick_artefact  # noqa: E402
 
 
 def main() -> None:
@@ -33,9 +33,7 @@ def main() -> None:
     a = p.parse_args()
     for path in a.paths:
         recs = [r for r in read_records([path]) if r.ok]
-        best: dict = {}
-        for r in recs:
-            best[(r.task_key, r.hw_key)] = min(r.best, best.get((r.task_key, r.hw_key), r.best))
+        best = task_bests(recs)
         slow = [r for r in recs if 0.95 * a.tick <= r.best <= 10 * a.tick
                 and r.best >= a.factor * best[(r.task_key, r.hw_key)]]
         phase = (np.array([r.best for r in slow]) / a.tick) % 1.0

@@ -211,13 +211,19 @@ def tick_artefact(seconds: float, task_best: float, tick: float = TICK_SECONDS, 
     return phase < width or phase > 1 - width
 
 
-def drop_tick_artefacts(records: Sequence[Record], **kw) -> list[Record]:
-    """The records but the tick artefacts (`tick_artefact`, against the best record of the
-    same task and CPU class)."""
+def task_bests(records: Iterable[Record]) -> dict[tuple[str, str], float]:
+    """(task key, hardware key) -> the fastest verified record's seconds."""
     best: dict[tuple[str, str], float] = {}
     for r in records:
         if r.ok:
             best[(r.task_key, r.hw_key)] = min(r.best, best.get((r.task_key, r.hw_key), r.best))
+    return best
+
+
+def drop_tick_artefacts(records: Sequence[Record], **kw) -> list[Record]:
+    """The records but the tick artefacts (`tick_artefact`, against the best record of the
+    same task and CPU class)."""
+    best = task_bests(records)
     return [r for r in records if not (r.ok and tick_artefact(r.best, best[(r.task_key, r.hw_key)], **kw))]
 
 
