@@ -59,7 +59,7 @@ def _searched_then_one_confirm_record(tmp_path, **fields) -> tuple:
     during its confirmation leaves them."""
     task = Task.from_op(ops.matmul(32, 32, 32))
     db = str(tmp_path / "r.db")
-    plain = SearchParams(population=16, measures_per_round=8, evolution_iters=2, cost_model_steps=100)
+    plain = SearchParams(population=16, measures_per_round=8, evolution_iters=2)
     tune(task, trials=8, strategy="random", db=db, sp=plain, progress=False)
     with RecordDB(db) as rdb:
         first = min((r for r in rdb.records(task.key) if r.ok), key=lambda r: r.best)

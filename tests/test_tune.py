@@ -49,7 +49,7 @@ def test_user_defined_task_without_numpy_reference(capsys):
     """Also: away from a terminal (a pipe, a log) progress is a line per round."""
     A = te.placeholder((32, 48), name="A")
     B = te.compute((32, 48), lambda i, j: te.exp(A[i, j]) * 2.0 + A[i, (j + 1) % 48], name="B")
-    sp = SearchParams(population=16, measures_per_round=4, evolution_iters=2, cost_model_steps=100)
+    sp = SearchParams(population=16, measures_per_round=4, evolution_iters=2)
     res = tune(Task("mine", [A, B]), trials=6, strategy="random", sp=sp)
     assert res.best_trace is not None and res.failures == 0
     lines = capsys.readouterr().err.splitlines()
@@ -84,7 +84,7 @@ def test_sigkill_mid_run_then_resume(tmp_path, capsys):
         from tlmir.runtime.task import Task
         from tlmir.search.tune import tune
         if __name__ == "__main__":
-            sp = SearchParams(population=16, measures_per_round=4, evolution_iters=1, cost_model_steps=100)
+            sp = SearchParams(population=16, measures_per_round=4, evolution_iters=1)
             tune(Task.from_op(ops.matmul(48, 48, 48)), trials=40, strategy="random", db={db!r},
                  sp=sp, progress=False)
     """)
@@ -140,7 +140,8 @@ def test_evolutionary_search_warms_up_in_small_rounds(monkeypatch):
                 sizes[self.name].append(n)
             return orig(self, n)
         monkeypatch.setattr(cls, "propose", spy)
-    sp = SearchParams(population=16, measures_per_round=8, warmup_rounds=4, evolution_iters=2, cost_model_steps=100)
+    sp = SearchParams(population=16, measures_per_round=8, warmup_rounds=4, evolution_iters=2,
+                      cost_model_steps=100)
     task = Task.from_op(ops.matmul(32, 32, 32))
     tune(task, trials=14, strategy="evolutionary", sp=sp, progress=False)
     tune(task, trials=14, strategy="random", sp=sp, progress=False)
