@@ -343,3 +343,35 @@ def test_tlm_evolutionary_refines_in_growing_rounds_after_picks_from_a_large_poo
     search.update([(c, 1e-3 * (i + 1)) for i, c in enumerate(first)])
     second = search.propose(2)
     assert len(second) == 2 and not {c.key for c in second} & {c.key for c in first}
+
+
+def _spin():
+    while True:
+        pass
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().rsplit(")", 1)[1].split()[0]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads process states from /proc")
+def test_fine_tuning_is_stopped_while_programs_are_timed(tmp_path):
+    """A kernel timed beside a running process can wait whole scheduler ticks: the
+    background fine-tuning is stopped while iterate measures and continued after."""
+    import multiprocessing as mp
+    it = Iteration(str(tmp_path / "it"), BASE_MODEL, [Task.from_op(ops.matmul(16, 16, 16))],
+                   IterateConfig(rounds=1, per_task=1, batches=1), log=None)
+    proc = mp.get_context("spawn").Process(target=_spin, daemon=True)
+    proc.start()
+    try:
+        it._sft = (proc, 0)
+        with it._sft_stopped():
+            time.sleep(0.2)
+            assert _state(proc.pid) == "T"
+        time.sleep(0.2)
+        assert _state(proc.pid) in "RS"
+    finally:
+        proc.kill()
+        proc.join()
+        it.db.close()

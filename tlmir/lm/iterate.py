@@ -15,8 +15,10 @@ already believes. After a
 round, the best program of every task (and of every sketch close enough to it) becomes
 a demonstration, and a fresh copy of the base model is fine-tuned on all
 demonstrations so far — in a separate process at the lowest CPU priority, so it soaks up
-what the measurements leave idle (compilation, generation) and the measuring cores never
-wait for training. The next round uses whichever fine-tuned model is finished.
+what the measurements leave idle (generation, ranking). It is stopped (SIGSTOP) while
+programs are timed: a parallel kernel timed beside any running process, even one at nice
+19, can wait a whole scheduler tick at a barrier and be recorded 100x slow. The next round
+uses whichever fine-tuned model is finished.
 
 `out` holds everything: `records.db` (every measurement, `round` = the round),
 `progress.json` (reference latencies, finished (round, task) pairs, the convergence
@@ -32,7 +34,9 @@ import math
 import multiprocessing as mp
 import os
 import shutil
+import signal
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Callable
 
@@ -148,10 +152,21 @@ def sft_finished(directory: str) -> bool:
     return bool(train) and train.get("step", 0) >= train.get("steps", 1)
 
 
+def _die_with_parent() -> None:
+    """Ask Linux to kill this process when its parent dies: the parent stops it while it
+    measures, and a stopped orphan would otherwise wait forever."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: a killed run may leave its fine-tuning running on
+
+
 def _sft_process(base: str, sentences: list, out_dir: str, cfg: dict, log_path: str,
                  quality: dict | None = None) -> None:
     """Entry point of the fine-tuning process (lowest CPU priority, one thread)."""
     from .registry import passive_openmp
+    _die_with_parent()
     passive_openmp()
     try:
         os.nice(19)
@@ -345,11 +360,24 @@ class Iteration:
         self._sft = None
         return False
 
+    @contextmanager
+    def _sft_stopped(self):
+        """The fine-tuning process stopped for the duration: nothing runs beside the timing."""
+        proc = self._sft[0] if self._sft is not None and self._sft[0].is_alive() else None
+        if proc is not None:
+            os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            if proc is not None and proc.is_alive():
+                os.kill(proc.pid, signal.SIGCONT)
+
     # ------------------------------------------------------------------ measuring
     def _reference(self, task, measurer: Measurer) -> float:
         """Latency of the untuned default schedule (the curve's 1.0)."""
         if task.key not in self.progress["reference"]:
-            res = measurer.measure(task, lower(create_schedule(task.outputs), task.args), cutoff=0.05)
+            with self._sft_stopped():
+                res = measurer.measure(task, lower(create_schedule(task.outputs), task.args), cutoff=0.05)
             self.progress["reference"][task.key] = res.min if res.ok else None
             self._save_progress()
         return self.progress["reference"][task.key]
@@ -362,12 +390,14 @@ class Iteration:
         best = min((r.best for r in mine if r.best is not None), default=math.inf)
         n = 0
         if need > 0:
-            for cand in self._pick(rnd, task, space, gen, need, seen):
-                rec = measure_candidate(measurer, task, cand, best, self.hw, self.sp, STRATEGY, rnd)
-                self.db.append(rec)
-                if rec.best is not None:
-                    best = min(best, rec.best)
-                n += 1
+            cands = self._pick(rnd, task, space, gen, need, seen)
+            with self._sft_stopped():
+                for cand in cands:
+                    rec = measure_candidate(measurer, task, cand, best, self.hw, self.sp, STRATEGY, rnd)
+                    self.db.append(rec)
+                    if rec.best is not None:
+                        best = min(best, rec.best)
+                    n += 1
         self.progress["done"].append([rnd, task.key])
         self._save_progress()
         return n
@@ -457,6 +487,7 @@ class Iteration:
             measurer.close()
             if self._sft is not None and self._sft[0].is_alive():
                 self._sft[0].terminate()  # resumable: pretrain restarts it from its checkpoint
+                os.kill(self._sft[0].pid, signal.SIGCONT)  # a stopped process acts on SIGTERM once continued
             self.db.close()
 
     def _point(self, rnd: int, model: str) -> None:
