@@ -133,3 +133,27 @@ def test_the_shipped_model_writes_verified_programs_of_pack_sketches():
         outs = [np.zeros(t.shape, t.dtype) for t in task.outputs]
         tlmir.build(g.schedule, task.args)(*ins, *outs)
         np.testing.assert_allclose(outs[0], want[0], rtol=1e-3, atol=1e-3)
+
+
+def test_variants_keep_every_answer_but_the_freed_ones():
+    """A variant is the model's mutation of a trace: same sketch, the same answers except
+    to the freed questions (and to questions the changed answers made new)."""
+    import random
+    from tlmir.lm.tlm_search import free_questions
+    task = Task.from_op(ops.conv2d_bias_relu(1, 4, 8, 8, 8, 3, 3, padding=1))
+    tok = build_tokenizer([task], HW)
+    space = SearchSpace(task.outputs, HW)
+    rng = random.Random(0)
+    parents = [space.sample(rng)[1] for _ in range(4)]
+    variants = [(p, free_questions(p, rng, {"tile": 1.0}, 1 + i % 2)) for i, p in enumerate(parents * 3)]
+    assert all(free and all(q.startswith("tile") for q in free) for _, free in variants)
+    res = Generator(_random_model(tok, seed=2), tok, HW, Sampling(temperature=1.0), seed=4).generate(
+        task, 0, batch_size=5, space=space, variants=variants)
+    assert len(res) == len(variants)
+    changed = 0
+    for g, (parent, free) in zip(res, variants):
+        assert g.trace is not None and g.trace.sketch == parent.sketch
+        before, after = parent.answers(), g.trace.answers()
+        assert {q for q in after if q in before and after[q] != before[q]} <= free
+        changed += after != before
+    assert changed >= len(variants) // 2  # a random model rarely writes the freed answers back

@@ -47,9 +47,10 @@ class _Request:
 class LMDecider(Decider):
     """Answers questions by asking the batcher (one instance per candidate thread)."""
 
-    def __init__(self, batcher: "_Batcher", row: int):
+    def __init__(self, batcher: "_Batcher", row: int, kept: dict | None = None):
         super().__init__()
         self.batcher, self.row = batcher, row
+        self.kept = kept or {}  # question -> the answer it keeps where the space still offers it
 
     def tile(self, question: str, extent: int, parts: int, max_innermost: int) -> tuple:
         self._extent = extent
@@ -61,6 +62,8 @@ class LMDecider(Decider):
     _extent = None
 
     def _decide(self, question: str, options: list):
+        if question in self.kept and self.kept[question] in options:
+            options = [self.kept[question]]  # fed through the model all the same: its cache follows
         tok = self.batcher.tok
         qwords, _ = decision_words(question, options[0], self._extent, options)
         req = _Request(tok.encode(qwords), [tok.encode(w) for w in answer_words(question, options)])
@@ -160,21 +163,36 @@ class Generator:
 
     @torch.inference_mode()
     def generate(self, task, n: int, batch_size: int = 64, space: SearchSpace | None = None,
-                 masked: bool = True) -> list[Generated]:
+                 masked: bool = True, variants: list[tuple[Trace, set]] | None = None) -> list[Generated]:
         """n candidates for `task`. Masked (the default), every one is a valid schedule of
-        the space; unmasked, an answer outside the space ends its candidate with an error."""
+        the space; unmasked, an answer outside the space ends its candidate with an error.
+        `variants` (masked only): per candidate, a (trace, questions) pair: the candidate keeps
+        the trace's sketch and every answer but those to `questions` (and to questions whose
+        recorded answer the space no longer offers), which the model writes anew."""
         space = space or SearchSpace(task.outputs, self.hw)
+        if variants is not None:
+            if not masked:
+                raise TlmirError("generate: variants of a trace keep answers only the mask can force")
+            n = len(variants)
         out: list[Generated] = []
         while len(out) < n:
-            out += self._batch(task, space, min(batch_size, n - len(out)), masked)
+            b = min(batch_size, n - len(out))
+            out += self._batch(task, space, b, masked,
+                               variants[len(out):len(out) + b] if variants is not None else None)
         return out
 
-    def _batch(self, task, space: SearchSpace, b: int, masked: bool = True) -> list[Generated]:
+    def _batch(self, task, space: SearchSpace, b: int, masked: bool = True,
+               variants: list[tuple[Trace, set]] | None = None) -> list[Generated]:
         cache, first = self._prefix_cache(task, b)
         batcher = _Batcher(self.model, self.tok, self.sampling, self.rng)
         sketch_ids = [self.tok.encode([str(i)])[0] for i in range(len(space.sketches))]
         vocab = list(range(self.tok.vocab_size))
-        starts = [batcher.pick(first, sketch_ids if masked else vocab) for _ in range(b)]
+        if variants is None:
+            starts = [batcher.pick(first, sketch_ids if masked else vocab) for _ in range(b)]
+            kept: list[dict] = [{} for _ in range(b)]
+        else:
+            starts = [sketch_ids[trace.sketch] for trace, _ in variants]
+            kept = [{q: a for q, a in trace.decisions if q not in free} for trace, free in variants]
         batcher.add_logprob(first.expand(b, -1), list(range(b)), starts)
         feed: list[list[int]] = [[t] for t in starts]  # tokens chosen but not yet fed
         results: list = [None] * b
@@ -185,7 +203,7 @@ class Generator:
                 if starts[row] not in sketch_ids:
                     raise LanguageError(f"the model began the decisions with "
                                         f"{self.tok.word(starts[row])!r}, not a sketch number")
-                sch, trace = space.apply(sketch_ids.index(starts[row]), LMDecider(batcher, row))
+                sch, trace = space.apply(sketch_ids.index(starts[row]), LMDecider(batcher, row, kept[row]))
                 results[row] = Generated(trace, sch, "", logprob=batcher.logprob[row])
             except TlmirError as e:  # cannot happen for valid spaces; reported, not hidden
                 results[row] = Generated(None, None, "", f"{type(e).__name__}: {e}")

@@ -69,17 +69,46 @@ class TLMSearch(RandomSearch):
         self.logprob: dict[str, float] = {}  # candidate key -> the model's log-likelihood of its answers
         self.pool_size = pool_size  # ranked: programs written per round (None: per slot, as above)
 
+    def round_size(self, done: int) -> int:
+        """Ranked with `tlm_refine_after` > 0: that many first (one pool, as TLM-10 measures
+        it), then rounds of `tlm_refine_round` that refine the best programs measured."""
+        sp = self.space.sp
+        if self.ranker is None or sp.tlm_refine_after <= 0:
+            return sp.measures_per_round
+        return sp.tlm_refine_after if done < sp.tlm_refine_after else sp.tlm_refine_round
+
     def _generate(self, n: int, exclude: set) -> list[Candidate]:
         """Up to n distinct TLM programs whose traces are not in `exclude`: the first n
         written, or ranked, the evaluator's top n of n x tlm_rank_per_slot written (within
-        tlm_rank_min_pool .. tlm_rank_max, or `pool_size`)."""
+        tlm_rank_min_pool .. tlm_rank_max, or `pool_size`). In a refining round, half the
+        pool is the model's variants of the best programs measured (`_variants`)."""
         if self.ranker is None or n <= 0:
             return self._write(n, exclude)
         sp = self.space.sp
         size = self.pool_size or min(max(n * sp.tlm_rank_per_slot, sp.tlm_rank_min_pool), sp.tlm_rank_max)
-        pool = self._write(max(n, size), exclude, draws=2)
+        size = max(n, size)
+        refining = sp.tlm_refine_after > 0 and len(self.measured) >= sp.tlm_refine_after
+        pool = self._variants(size // 2, exclude) if refining else []
+        pool += self._write(size - len(pool), exclude | {c.key for c in pool}, draws=2)
         order = np.argsort(-self.rank_scores(pool), kind="stable")
         return [pool[i] for i in order[:n]]
+
+    def _variants(self, n: int, exclude: set) -> list[Candidate]:
+        """Up to n distinct programs that keep a good measured program's sketch and all its
+        answers but one or two, which the model writes anew: a mutation whose new answer is
+        the model's, not a uniform draw. Parents: the `local_parents` fastest measured, the
+        fastest as often as the others together."""
+        ranked = sorted(((c, t) for c, t in self.measured if t > 0), key=lambda ct: -ct[1])
+        parents = [c.trace for c, _ in ranked[: self.space.sp.local_parents]]
+        if not parents:
+            return []
+        weights = dict(self.space.sp.mutation_weights)
+        variants = []
+        for _ in range(n):
+            trace = parents[0] if self.rng.random() < 0.5 else self.rng.choice(parents)
+            variants.append((trace, free_questions(trace, self.rng, weights, 1 + (self.rng.random() < 0.5))))
+        gens = self.gen.generate(self.task, n, self.batch_size, self.space, variants=variants)
+        return list(self._candidates(gens, exclude, n).values())
 
     def rank_scores(self, pool: list[Candidate]) -> np.ndarray:
         """The pool's order: the evaluator's score, or with `tlm_rank_likelihood` > 0 its rank
@@ -133,6 +162,24 @@ class TLMSearch(RandomSearch):
         if self.ranker is not None:
             self.measured += [(c, 1.0 / s if s else 0.0) for c, s in measured if c.func is not None]
             self.ranker.fit(self.measured)
+
+
+def free_questions(trace, rng, weights: dict, k: int) -> set:
+    """k of the trace's questions (kinds drawn by `weights`, as evolution's mutations are;
+    tiles of extent-1 axes have nothing to change) for a variant to answer anew."""
+    names = [q for q, a in trace.decisions if not (isinstance(a, tuple) and all(f == 1 for f in a))]
+    by_kind: dict[str, list[str]] = {}
+    for q in names:
+        by_kind.setdefault(q.split(" ", 1)[0], []).append(q)
+    weights = weights or {kd: 1.0 for kd in by_kind}
+    free: set = set()
+    for _ in range(k):
+        kinds = [kd for kd in by_kind if weights.get(kd, 0.0) > 0 and set(by_kind[kd]) - free]
+        if not kinds:
+            break
+        kind = rng.choices(kinds, weights=[weights[kd] for kd in kinds])[0]
+        free.add(rng.choice(sorted(set(by_kind[kind]) - free)))
+    return free
 
 
 def _ranks(x: np.ndarray) -> np.ndarray:

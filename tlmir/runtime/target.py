@@ -166,6 +166,8 @@ class SearchParams:
                                        # evaluator's picks measured and the rest the next populations
     tlm_first_round: int = 4           # ... measured in round one; each later round measures as many as
                                        # all before it, up to measures_per_round (0: measures_per_round)
+    tlm_refine_after: int = 0          # ranked tlm: > 0: after this many measured (one pool), rounds of
+    tlm_refine_round: int = 11         # this many, half of whose pool is the model's variants of the best
     world_finetune_steps: int = 20     # world cost model: fine-tuning steps per round of measurements
     world_evaluator: str = "default"   # ... and the trained evaluator it starts from (the TLM's ranker
                                        # too): a shipped name or a directory `tlmir train evaluator` wrote
