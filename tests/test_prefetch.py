@@ -115,7 +115,7 @@ PACKED_OPS = [ops.dense(32, 96, 64, bias=True, act="gelu"), ops.matmul(48, 64, 4
               ops.make("batch_matmul", B=3, M=32, N=48, K=40)]
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(which=st.integers(0, len(PACKED_OPS) - 1), seed=st.integers(0, 10_000))
 def test_random_packed_programs_prefetch_their_next_region_and_keep_their_values(which, seed):
     """Every line the pack copies next is prefetched (but the last, when the region is one
