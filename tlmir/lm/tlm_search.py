@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import TlmirError
+from ..schedule.decider import draw_question, single_tile
 from ..schedule.space import SearchSpace
 from ..search.rankers import WorldRanker
 from ..search.strategy import Candidate, EvolutionarySearch, RandomSearch, make_candidate, register_strategy
@@ -165,20 +166,15 @@ class TLMSearch(RandomSearch):
 
 
 def free_questions(trace, rng, weights: dict, k: int) -> set:
-    """k of the trace's questions (kinds drawn by `weights`, as evolution's mutations are;
-    tiles of extent-1 axes have nothing to change) for a variant to answer anew."""
-    names = [q for q, a in trace.decisions if not (isinstance(a, tuple) and all(f == 1 for f in a))]
-    by_kind: dict[str, list[str]] = {}
-    for q in names:
-        by_kind.setdefault(q.split(" ", 1)[0], []).append(q)
-    weights = weights or {kd: 1.0 for kd in by_kind}
+    """k of the trace's questions, drawn as evolution's mutations draw one
+    (`decider.draw_question`), for a variant to answer anew."""
+    names = [q for q, a in trace.decisions if not single_tile(a)]
     free: set = set()
     for _ in range(k):
-        kinds = [kd for kd in by_kind if weights.get(kd, 0.0) > 0 and set(by_kind[kd]) - free]
-        if not kinds:
+        q = draw_question([n for n in names if n not in free], rng, weights)
+        if q is None:
             break
-        kind = rng.choices(kinds, weights=[weights[kd] for kd in kinds])[0]
-        free.add(rng.choice(sorted(set(by_kind[kind]) - free)))
+        free.add(q)
     return free
 
 

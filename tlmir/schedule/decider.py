@@ -131,9 +131,23 @@ def tile_neighbors(old: tuple, options: list) -> list:
             if len(o) == len(old) and sum(x != y for x, y in zip(o, old)) == 2]
 
 
-def _single_tile(answer) -> bool:
+def single_tile(answer) -> bool:
     """A tile answer of an extent-1 axis: nothing to mutate (Ansor skips such splits)."""
     return isinstance(answer, tuple) and all(f == 1 for f in answer)
+
+
+def draw_question(names: list[str], rng: random.Random, weights: dict[str, float] | None) -> str | None:
+    """One of `names`: with `weights` ({kind: weight}, kind = a question's first word) a kind
+    drawn by weight among those present, then one of its questions uniformly; without, or
+    where no weighted kind is present, any question alike (None if there is none)."""
+    by_kind: dict[str, list[str]] = {}
+    for q in names:
+        by_kind.setdefault(q.split(" ", 1)[0], []).append(q)
+    kinds = [k for k in by_kind if weights and weights.get(k, 0.0) > 0]
+    if not kinds:
+        return rng.choice(names) if names else None
+    kind = rng.choices(kinds, weights=[weights[k] for k in kinds])[0]
+    return rng.choice(by_kind[kind])
 
 
 class MutateDecider(ReplayDecider):
@@ -153,18 +167,8 @@ class MutateDecider(ReplayDecider):
         self.rng = rng if isinstance(rng, random.Random) else random.Random(rng)
         self.move_tile_factors = move_tile_factors
         if question is None:
-            question = self._pick([q for q, a in trace.decisions if not _single_tile(a)], weights)
+            question = draw_question([q for q, a in trace.decisions if not single_tile(a)], self.rng, weights)
         self.target = question
-
-    def _pick(self, names: list[str], weights: dict[str, float] | None) -> str | None:
-        by_kind: dict[str, list[str]] = {}
-        for q in names:
-            by_kind.setdefault(q.split(" ", 1)[0], []).append(q)
-        kinds = [k for k in by_kind if weights and weights.get(k, 0.0) > 0]
-        if not kinds:
-            return self.rng.choice(names) if names else None
-        kind = self.rng.choices(kinds, weights=[weights[k] for k in kinds])[0]
-        return self.rng.choice(by_kind[kind])
 
     def _decide(self, question: str, options: list) -> Any:
         old = self.recorded.get(question)
