@@ -242,6 +242,20 @@ def test_jsonl_round_trip(tmp_path):
     assert export_jsonl(src, tmp_path / "ka.jsonl", KA, HW1) == 4
 
 
+def test_export_removes_what_a_killed_writer_left_and_spares_a_running_one(tmp_path):
+    src = RecordDB(":memory:")
+    src.append_many([rec(i=i) for i in range(2)])
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    out = tmp_path / "records.jsonl.xz"
+    (tmp_path / f"records.jsonl.xz.tmp{dead.pid}").write_bytes(b"half")
+    (tmp_path / f"records.jsonl.xz.tmp{os.getppid()}").write_bytes(b"in progress")
+    (tmp_path / "records.jsonl.xz.tmpnotes").write_bytes(b"not ours")
+    assert export_jsonl(src, out) == 2
+    assert sorted(os.listdir(tmp_path)) == sorted(["records.jsonl.xz", f"records.jsonl.xz.tmp{os.getppid()}",
+                                                   "records.jsonl.xz.tmpnotes"])
+
+
 def test_jsonl_malformed_line(tmp_path):
     src = RecordDB(":memory:")
     src.append_many([rec(i=i) for i in range(3)])

@@ -501,7 +501,25 @@ def export_jsonl(db: RecordDB, path: str | os.PathLike, task_key: str | None = N
         with contextlib.suppress(OSError):
             os.remove(tmp)
         raise RecordError(f"{path}: cannot write records: {e}") from None
+    _remove_stale_temporaries(path)
     return len(recs)
+
+
+def _remove_stale_temporaries(path: str) -> None:
+    """Delete `path.tmp<pid>` files of writers that no longer run: a process killed while
+    exporting leaves its half-written copy beside an archive kept in the repository."""
+    parent, name = os.path.split(os.path.abspath(path))
+    for entry in os.listdir(parent):
+        pid = entry[len(name) + 4:]
+        if not (entry.startswith(name + ".tmp") and pid.isdigit()):
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(parent, entry))
+        except OSError:
+            pass  # alive under another user
 
 
 def import_jsonl(path: str | os.PathLike, db: RecordDB, dedup: bool = True) -> int:
