@@ -17,7 +17,7 @@ from tlmir.lm.registry import BASE_MODEL, load_model
 from tlmir.lm.iterate import IterateConfig, Iteration, task_batches
 from tlmir.lm.language import trace_to_sentence
 from tlmir.lm.sft import answer_flags, answer_nll, decision_flags, sft
-from tlmir.runtime.records import RecordDB
+from tlmir.runtime.records import Record, RecordDB
 from tlmir.runtime.target import SearchParams, host_hardware
 from tlmir.runtime.task import Task
 from tlmir.schedule.space import SearchSpace
@@ -264,6 +264,13 @@ def test_iterate_on_a_new_cpu_class_starts_from_a_model_and_keeps_other_demonstr
     it = Iteration(str(tmp_path / "run"), "base", [task], cfg, log=None)
     assert it.latest_model(0) == (model_dir("tlm"), -1) and it.base == model_dir("base")
     assert it.training_sentences() == (["<s> v4 x"], None)  # nothing measured yet: the extra ones
+    _, trace = SearchSpace(task.outputs, it.hw, it.sp).sample(random.Random(0))
+    it.db.append(Record(task.key, task.name, it.hw.key, trace.to_json(), [1e-5], strategy="iterate"))
+    out = tmp_path / "demos.jsonl"  # what a run stopped between rounds would fine-tune on
+    assert it.export_demonstrations(str(out)) == 2
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert rows[0]["sentence"] == "<s> v4 x" and rows[1]["key"] == task.key and rows[1]["seconds"] == 1e-5
+    assert [r["sentence"] for r in rows] == it.training_sentences()[0][::-1]
     with pytest.raises(TlmirError, match="missing.jsonl"):
         Iteration(str(tmp_path / "bad"), "base", [task],
                   IterateConfig(extra_demos=str(tmp_path / "missing.jsonl")), log=None)

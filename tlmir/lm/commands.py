@@ -122,7 +122,12 @@ def cmd_iterate(args) -> None:
                         sft_epochs=args.sft_epochs, rank_per_slot=args.rank_per_slot,
                         explore=args.explore, sft_data=args.sft_data, seed=args.seed,
                         start_model=args.start_model or "", extra_demos=args.extra_demos or "")
-    res = Iteration(args.out, args.model, tasks, cfg, archive=args.archive, sp=sp).run()
+    it = Iteration(args.out, args.model, tasks, cfg, archive=args.archive, sp=sp)
+    if args.export_demonstrations:
+        n = it.export_demonstrations(args.export_demonstrations)
+        print(f"[iterate] {n} demonstrations ({len(it.extra_rows)} extra) -> {args.export_demonstrations}")
+        return
+    res = it.run()
     last = res["curve"][-1]
     print(f"final model {res['out']} (from {res['final_model']}); normalized latency "
           f"{last['normalized_latency']:.4f} after {last['measurements']} measurements; "
@@ -288,6 +293,9 @@ def add_parsers(sub) -> None:
                     "(default: --model), e.g. tlm on a CPU class it has no demonstrations of")
     it.add_argument("--extra-demos", help="demonstrations (.jsonl) every fine-tuning learns besides the "
                     "run's, e.g. tlmir/lm/models/tlm/demonstrations.jsonl (another CPU class's)")
+    it.add_argument("--export-demonstrations", metavar="FILE",
+                    help="measure nothing: write what the next fine-tuning would learn (--extra-demos' "
+                         "rows, then the run's best programs) for `tlmir train sft --data`, and stop")
     it.add_argument("--sft-epochs", type=positive_float, default=8.0, help="fine-tuning passes per round")
     it.add_argument("--sft-data", choices=("best", "quality"), default="best",
                     help="fine-tune on the best programs (demonstrations) or on every measured program "

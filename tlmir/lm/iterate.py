@@ -203,7 +203,8 @@ class Iteration:
         self.start = model_dir(self.cfg.start_model) if self.cfg.start_model else self.base
         self.tasks = {t.key: t for t in tasks}
         self.hw, self.sp = hw or host_hardware(), sp or SearchParams()
-        self.extra = self._extra_sentences()
+        self.extra_rows = self._extra_rows()
+        self.extra = [r["sentence"] for r in self.extra_rows]
         self.log = log or (lambda m: None)
         os.makedirs(out, exist_ok=True)
         self._t0 = time.monotonic()
@@ -299,20 +300,28 @@ class Iteration:
                 return self._sft_dir(r), r
         return self.start, -1
 
-    def _extra_sentences(self) -> list[str]:
+    def _extra_rows(self) -> list[dict]:
         """The extra demonstrations but those of this run's CPU class (a shipped model's file
         may hold some): the run's own measurements of its class supersede them."""
         if not self.cfg.extra_demos:
             return []
         from .sample import read_sentences  # an unreadable file or row: an error naming it
         own = f" {' '.join(hw_prompt(self.hw))} "
-        return [r["sentence"] for r in read_sentences(self.cfg.extra_demos) if own not in r["sentence"]]
+        return [r for r in read_sentences(self.cfg.extra_demos) if own not in r["sentence"]]
 
     def demonstrations(self) -> list[dict]:
         """The best program per task, plus each sketch's best within `demo_sketch_slack`
         ({key, task, sentence, seconds}, the format `tlmir train sft --data` reads)."""
         return best_demonstrations(self.db.records(hw_key=self.hw.key, ok_only=True), self.tasks, self.hw,
                                    self.cfg.demo_sketch_slack)
+
+    def export_demonstrations(self, path: str) -> int:
+        """Write what the next fine-tuning would learn (the extra demonstrations, then the
+        run's) as a `tlmir train sft --data` file, e.g. of a run stopped between rounds, or
+        to ship beside a model; returns how many rows."""
+        rows = self.extra_rows + self.demonstrations()
+        atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
+        return len(rows)
 
     def training_sentences(self) -> tuple[list[str], dict | None]:
         """(sentences, quality config) the next fine-tuning learns from: the demonstrations
