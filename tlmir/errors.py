@@ -51,6 +51,11 @@ class RecordError(TlmirError):
     """A records database or record file is unreadable or inconsistent."""
 
 
+class BusyError(TlmirError):
+    """A run (an evaluation's search of one strategy, an iterate run) is in use by another
+    process."""
+
+
 class ModelError(TlmirError):
     """A model checkpoint or training input is invalid."""
 

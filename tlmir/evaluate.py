@@ -44,6 +44,7 @@ import numpy as np
 
 from .errors import TlmirError
 from .runtime.records import RecordDB
+from .runtime.run_lock import run_lock
 from .runtime.target import HardwareParams, SearchParams, host_hardware
 from .runtime.task import Task, task_type
 
@@ -262,7 +263,8 @@ class Evaluation:
 
     # ------------------------------------------------------------------ search
     def search(self, which: str = "all") -> None:
-        """Tune every framework's runs (`which`: all | tlm | baseline), smallest budgets first."""
+        """Tune every framework's runs (`which`: all | tlm | baseline), smallest budgets
+        first. Different runs may be searched by different processes, one run by one."""
         from .search.measurer import Measurer
         from .search.tune import TaskTuner
         runs = sorted({(f.strategy, f.run_budget, f.db_name) for f in self.fws
@@ -272,7 +274,8 @@ class Evaluation:
         try:
             for strategy, budget, db_name in runs:
                 prefixes = sorted(f.k for f in self.fws if f.db_name == db_name)
-                with RecordDB(os.path.join(self.out, db_name)) as db:
+                with run_lock(self.out, f"evaluation run {db_name} in", db_name + ".lock"), \
+                        RecordDB(os.path.join(self.out, db_name)) as db:
                     for k in prefixes:  # every task reaches 64 before any goes on to 1000
                         for task in self.tasks:
                             tuner = TaskTuner(task, strategy, db, meas, self.hw, self.sp, self.seed,

@@ -44,6 +44,7 @@ import numpy as np
 
 from ..errors import TlmirError
 from ..runtime.records import RecordDB, export_jsonl, import_jsonl
+from ..runtime.run_lock import run_lock
 from ..runtime.target import HardwareParams, SearchParams, host_hardware
 from ..runtime.task import task_type
 from ..schedule.decider import Trace
@@ -444,6 +445,11 @@ class Iteration:
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> dict:
+        """The rounds not yet measured, then the final model; one process per run directory."""
+        with run_lock(self.out, "iterate run"):
+            return self._rounds()
+
+    def _rounds(self) -> dict:
         from .generate import Generator, Sampling
         from .quality import prompt_tier
         from .registry import load_model
