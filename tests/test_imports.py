@@ -61,7 +61,7 @@ LAYERS: list[tuple[str, list[str]]] = [
                   "tlmir.runtime.inplace",
                   "tlmir.codegen_cpu.*", "tlmir.codegen_cuda.*", "tlmir.build"]),
     ("measurement", ["tlmir.runtime.measure", "tlmir.runtime.worker", "tlmir.runtime.worker_process",
-                     "tlmir.runtime.records"]),
+                     "tlmir.runtime.records", "tlmir.runtime.run_lock"]),
     ("search", ["tlmir.search.*"]),
     ("lm", ["tlmir.lm.*"]),
     ("applications", ["tlmir.evaluate", "tlmir.frontend.*", "tlmir.lm.commands", "tlmir.argtypes"]),
