@@ -205,7 +205,6 @@ class Iteration:
         self.tasks = {t.key: t for t in tasks}
         self.hw, self.sp = hw or host_hardware(), sp or SearchParams()
         self.extra_rows = self._extra_rows()
-        self.extra = [r["sentence"] for r in self.extra_rows]
         self.log = log or (lambda m: None)
         os.makedirs(out, exist_ok=True)
         self._t0 = time.monotonic()
@@ -339,7 +338,7 @@ class Iteration:
         if demos:
             atomic_write_text(os.path.join(self.out, "demonstrations.jsonl"),
                               "".join(json.dumps(d) + "\n" for d in demos))
-        return [d["sentence"] for d in demos] + self.extra, None
+        return [d["sentence"] for d in demos + self.extra_rows], None
 
     def _start_sft(self, rnd: int) -> None:
         sentences, quality = self.training_sentences()

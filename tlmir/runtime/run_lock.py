@@ -10,6 +10,7 @@ from typing import Iterator
 
 from ..errors import BusyError
 
+
 @contextmanager
 def run_lock(directory: str, what: str, name: str = ".lock") -> Iterator[None]:
     """Hold the lock file `name` in `directory` for the duration (released when the
