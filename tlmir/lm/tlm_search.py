@@ -161,7 +161,7 @@ class TLMSearch(RandomSearch):
     def update(self, measured: list[tuple[Candidate, float | None]]) -> None:
         super().update(measured)
         if self.ranker is not None:
-            self.measured += [(c, 1.0 / s if s else 0.0) for c, s in measured if c.func is not None]
+            self.measured += [(c, 1.0 / s if s else 0.0) for c, s in measured if c.lowered]
             self.ranker.fit(self.measured)
 
 

@@ -150,6 +150,8 @@ class SearchParams:
                                        # weights; `vec` is ours); () = every question alike
     tile_mutation: str = "move"        # "move": one factor between two levels (Ansor); "redraw": any tile
     evolution_iters: int = 4
+    lowering_workers: int = 0          # processes that lower a batch of candidates (0: one per core,
+                                       # at most 8; 1: in the searching process)
     cutoff_factor: float = 5.0         # candidates this much slower than the best are timed once
     confirm_top: int = 8               # tune: the best this many programs are measured again at the
     confirm_rounds: int = 3            # end, this many times each, in turns, and the best is chosen by
@@ -188,6 +190,8 @@ class SearchParams:
             raise ScheduleError(f"SearchParams: tlm_rank_per_slot and tlm_rank_max must be >= 1 and "
                                 f"tlm_rank_min_pool >= 0, got {self.tlm_rank_per_slot!r}, "
                                 f"{self.tlm_rank_max!r} and {self.tlm_rank_min_pool!r}")
+        if self.lowering_workers < 0:
+            raise ScheduleError(f"SearchParams.lowering_workers must be >= 0, got {self.lowering_workers!r}")
         if self.pack_max_repeat < 1:
             raise ScheduleError(f"SearchParams.pack_max_repeat must be >= 1, got {self.pack_max_repeat!r}")
         if not 0.0 <= self.sketch_share <= 1.0 or self.sketch_drop_factor < 1.0 or self.sketch_drop_after < 0:

@@ -52,6 +52,7 @@ def cached_evaluator(name: str = DEFAULT_EVALUATOR):
 
 class MLPRanker:
     name = "mlp"
+    reads_features = True  # program_features of each candidate (lowering may bring them along)
 
     def __init__(self, space: SearchSpace, task=None, seed: int = 0):
         self.space = space
@@ -62,8 +63,8 @@ class MLPRanker:
         rows = []
         for c in cands:
             if c.key not in self._feat:
-                self._feat[c.key] = (program_features(c.func, self.space.hw) if c.func is not None
-                                     else None)
+                self._feat[c.key] = (None if not c.lowered else c.features if c.features is not None
+                                     else program_features(c.func, self.space.hw))
             rows.append(self._feat[c.key])
         dim = next((r.shape[0] for r in rows if r is not None), 1)
         return np.stack([r if r is not None else np.zeros(dim, np.float32) for r in rows])
@@ -93,13 +94,18 @@ class WorldRanker:
         self._fitted = 0
         self._pending: list[tuple] = []  # measurements to fine-tune on before the next score
 
+    @property
+    def reads_features(self) -> bool:
+        return self.ev.reads_features
+
     def program(self, cand):
         """The candidate as the evaluator reads it (sentence, features), cached by trace."""
         from ..lm.language import trace_to_sentence
         from .world_train import Program
         if cand.key not in self._programs:
-            feats = (program_features(cand.func, self.space.hw)
-                     if self.ev.reads_features and cand.func is not None else None)
+            feats = None
+            if self.ev.reads_features and cand.lowered:
+                feats = cand.features if cand.features is not None else program_features(cand.func, self.space.hw)
             self._programs[cand.key] = Program(self.task.key, trace_to_sentence(self.task, self.space.hw, cand.trace),
                                                None, feats)
         return self._programs[cand.key]
@@ -109,12 +115,12 @@ class WorldRanker:
             self._fine_tune(self._pending)
             self._pending = []
         out = np.full(len(cands), -np.inf)
-        todo = [i for i, c in enumerate(cands) if c.func is not None and c.key not in self._scores]
+        todo = [i for i, c in enumerate(cands) if c.lowered and c.key not in self._scores]
         if todo:
             for i, s in zip(todo, self.ev.score_programs([self.program(cands[i]) for i in todo])):
                 self._scores[cands[i].key] = float(s)
         for i, c in enumerate(cands):
-            if c.func is not None:
+            if c.lowered:
                 out[i] = self._scores[c.key]
         return out
 

@@ -23,14 +23,33 @@ from ..ir.stmt import PrimFunc
 from ..schedule.decider import Trace
 from ..schedule.lower import lower
 from ..schedule.space import SearchSpace
+from .parallel_lower import lower_batch, lower_one
 from .rankers import make_ranker
 
 
-@dataclass
 class Candidate:
-    trace: Trace
-    func: PrimFunc | None
-    error: str | None = None
+    """A trace of the task's space and its lowered program. A candidate a worker process
+    lowered (parallel_lower) keeps its schedule instead and is lowered again here on first
+    use of `func`: most candidates are only ranked, and sending programs back costs more
+    than lowering the few that are measured."""
+    __slots__ = ("trace", "error", "features", "_func", "_schedule", "_args")
+
+    def __init__(self, trace: Trace, func: PrimFunc | None = None, error: str | None = None,
+                 features: np.ndarray | None = None, schedule=None, args=None):
+        self.trace, self.error, self.features = trace, error, features   # features: the cost model's
+        self._func, self._schedule, self._args = func, schedule, args
+
+    @property
+    def lowered(self) -> bool:
+        """Whether the program lowers (False: a failed trial, `error` says why)."""
+        return self._func is not None or (self._schedule is not None and self.error is None)
+
+    @property
+    def func(self) -> PrimFunc | None:
+        if self._func is None and self.lowered:
+            self._func = lower(self._schedule, self._args)
+            self._schedule = self._args = None
+        return self._func
 
     @property
     def key(self) -> str:
@@ -39,14 +58,21 @@ class Candidate:
 
 def make_candidate(space: SearchSpace, args, sch_trace) -> Candidate:
     sch, trace = sch_trace
-    try:
-        return Candidate(trace, lower(sch, args))
-    except TlmirError as e:  # a schedule the space offers but lowering refuses: a failed trial
-        return Candidate(trace, None, f"{type(e).__name__}: {e}")
+    func, error, _ = lower_one(space, args, sch, features=False)
+    return Candidate(trace, func, error)
+
+
+def make_candidates(space: SearchSpace, args, sch_traces: list, features: bool = False) -> list[Candidate]:
+    """`make_candidate` of each (schedule, trace), checked in worker processes when there are
+    many (SearchParams.lowering_workers); `features`: with the cost model's features."""
+    lowered = lower_batch(space, args, sch_traces, features, space.sp.lowering_workers)
+    return [Candidate(trace, func, error, feats, schedule=None if func is not None or error else sch, args=args)
+            for (sch, trace), (func, error, feats) in zip(sch_traces, lowered)]
 
 
 class RandomSearch:
     name = "random"
+    lowers_features = False  # whether lowering computes the cost model's features too
 
     def __init__(self, space: SearchSpace, args, seed: int = 0):
         self.space, self.args = space, args
@@ -54,21 +80,31 @@ class RandomSearch:
         self.seen: set[str] = set()
 
     def _distinct(self, n: int, draw, exclude: set, lowered_only: bool = False) -> list[Candidate]:
-        """Up to n distinct candidates from `draw()` not in `exclude` (at most 20 n draws);
-        `lowered_only` drops those that failed to lower."""
-        out: dict[str, Candidate] = {}
+        """Up to n distinct candidates of the (schedule, trace) pairs `draw()` returns, not in
+        `exclude` (at most 20 n draws); `lowered_only` drops those that failed to lower (and so
+        lowers as it draws, in this process; otherwise the draws are lowered as one batch)."""
+        if lowered_only:
+            out: dict[str, Candidate] = {}
+            for _ in range(n * 20):
+                if len(out) == n:
+                    break
+                cand = make_candidate(self.space, self.args, draw())
+                if cand.key not in exclude and cand.lowered:
+                    out.setdefault(cand.key, cand)
+            return list(out.values())
+        drawn: dict[str, tuple] = {}
         for _ in range(n * 20):
-            if len(out) == n:
+            if len(drawn) == n:
                 break
-            cand = draw()
-            if cand.key not in exclude and not (lowered_only and cand.func is None):
-                out.setdefault(cand.key, cand)
-        return list(out.values())
+            sch, trace = draw()
+            key = trace.to_json()
+            if key not in exclude:
+                drawn.setdefault(key, (sch, trace))
+        return make_candidates(self.space, self.args, list(drawn.values()), self.lowers_features)
 
     def _sample(self, n: int, exclude: set) -> list[Candidate]:
         """Up to n random candidates, distinct and not in `exclude`."""
-        return self._distinct(n, lambda: make_candidate(self.space, self.args, self.space.sample(self.rng)),
-                              exclude)
+        return self._distinct(n, lambda: self.space.sample(self.rng), exclude)
 
     def round_size(self, done: int) -> int:
         """How many programs the next round measures, `done` measured so far."""
@@ -91,6 +127,7 @@ class EvolutionarySearch(RandomSearch):
         super().__init__(space, args, seed)
         self.sp = space.sp
         self.ranker = make_ranker(cost_model, space, task, seed)
+        self.lowers_features = self.ranker.reads_features
         self.measured: list[tuple[Candidate, float]] = []  # (candidate, throughput 1/s; 0 if failed)
 
     def round_size(self, done: int) -> int:
@@ -104,7 +141,7 @@ class EvolutionarySearch(RandomSearch):
         if not cands:
             return np.zeros(0)
         scores = self.ranker.score(cands)
-        scores[[c.func is None for c in cands]] = -np.inf
+        scores[[not c.lowered for c in cands]] = -np.inf
         return scores
 
     def propose(self, n: int) -> list[Candidate]:
@@ -120,15 +157,17 @@ class EvolutionarySearch(RandomSearch):
             if np.all(np.isnan(finite)):
                 break
             w = np.nan_to_num(finite - np.nanmin(finite) + 1e-3, nan=0.0)
-            children = []
+            drawn: dict[str, tuple] = {}
             for _ in range(pop_size):
                 parent = pop[self.rng.choices(range(len(pop)), weights=w)[0]]
-                if parent.func is None or self.rng.random() > self.sp.mutation_prob:
+                if not parent.lowered or self.rng.random() > self.sp.mutation_prob:
                     continue
-                child = make_candidate(self.space, self.args, self.space.mutate(parent.trace, self.rng))
-                if child.key not in pool:
-                    pool[child.key] = child
-                    children.append(child)
+                sch, trace = self.space.mutate(parent.trace, self.rng)
+                key = trace.to_json()
+                if key not in pool:
+                    drawn.setdefault(key, (sch, trace))
+            children = make_candidates(self.space, self.args, list(drawn.values()), self.lowers_features)
+            pool.update((c.key, c) for c in children)
             merged = pop + children
             pop = [merged[i] for i in self._top(merged, self._scores(merged), pop_size, dropped)]
         local = self._local_mutants(min(n, int(round(n * self.sp.local_share))), fastest_first)
@@ -191,21 +230,21 @@ class EvolutionarySearch(RandomSearch):
         the very best. `fastest_first`: the measured (candidate, throughput), best first."""
         best_of_sketch: dict[int, Candidate] = {}
         for c, t in fastest_first:
-            if t > 0 and c.func is not None:
+            if t > 0 and c.lowered:
                 best_of_sketch.setdefault(c.trace.sketch, c)
         parents = list(best_of_sketch.values())[: self.sp.local_parents]
         if not parents:
             return []
 
-        def mutant() -> Candidate:
+        def mutant() -> tuple:
             parent = parents[0] if self.rng.random() < 0.5 else self.rng.choice(parents)
-            return make_candidate(self.space, self.args, self.space.mutate(parent.trace, self.rng))
+            return self.space.mutate(parent.trace, self.rng)
         return self._distinct(k, mutant, self.seen, lowered_only=True)
 
     def update(self, measured: list[tuple[Candidate, float | None]]) -> None:
         super().update(measured)
         self.measured += [(c, 1.0 / s if s else 0.0) for c, s in measured]
-        self.ranker.fit([(c, t) for c, t in self.measured if c.func is not None])
+        self.ranker.fit([(c, t) for c, t in self.measured if c.lowered])
 
 
 @dataclass(frozen=True)

@@ -106,7 +106,7 @@ def measure_candidate(measurer: Measurer, task: Task, cand: Candidate, best: flo
                       sp: SearchParams, strategy: str, round: int) -> Record:
     """The record of one candidate: measured (timed once if `cutoff_factor` x slower than
     `best`), or failed with the lowering / measuring error."""
-    if cand.func is None:
+    if not cand.lowered:
         err, kind, times, seconds = cand.error, "lower", [], None
     else:
         res = measurer.measure(task, cand.func, cutoff=best * sp.cutoff_factor if math.isfinite(best) else None)
@@ -207,7 +207,7 @@ class TaskTuner:
         t0 = time.perf_counter()
         measured = []
         cands = self.search.propose(n)
-        self.measurer.prepare([c.func for c in cands if c.func is not None])
+        self.measurer.prepare([c.func for c in cands if c.lowered])
         for cand in cands:
             rec = measure_candidate(self.measurer, self.task, cand, self.result.best_seconds, self.hw, self.sp,
                                     self.strategy, len(self.result.curve))
