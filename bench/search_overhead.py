@@ -30,8 +30,9 @@ def main() -> None:
     p.add_argument("--tasks", nargs="+", default=list(DEFAULT_TASKS), help="held-out task names")
     p.add_argument("--rounds", type=int, default=3, help="rounds of 64 after a first round of 16")
     p.add_argument("--cost-model", default="mlp")
+    p.add_argument("--workers", type=int, default=0, help="SearchParams.lowering_workers (1: in process)")
     a = p.parse_args()
-    from tlmir.runtime.target import host_hardware
+    from tlmir.runtime.target import SearchParams, host_hardware
     from tlmir.schedule.space import SearchSpace
     from tlmir.search.strategy import EvolutionarySearch
     from tlmir.workloads import split_tasks
@@ -40,7 +41,7 @@ def main() -> None:
     total = 0.0
     for name in a.tasks:
         task = tasks[name]
-        search = EvolutionarySearch(SearchSpace(task.outputs, hw), task.args, seed=0, task=task,
+        search = EvolutionarySearch(SearchSpace(task.outputs, hw, SearchParams(lowering_workers=a.workers)), task.args, seed=0, task=task,
                                     cost_model=a.cost_model)
         digest, times = hashlib.sha256(), []
         for r in range(a.rounds + 1):
@@ -52,7 +53,7 @@ def main() -> None:
             search.update([(c, 1.0 / fake_throughput(c.key) if c.lowered else None) for c in picks])
         total += sum(times)
         print(f"{name:45s} " + " ".join(f"{t:6.1f}" for t in times) + f"  s/round   picks {digest.hexdigest()[:12]}")
-    print(f"total {total:.1f} s on {hw.key}")
+    print(f"total {total:.1f} s on {hw.key}, lowering_workers={a.workers}")
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ from ..schedule.lower import lower
 from ..schedule.schedule import create_schedule
 from ..schedule.space import SearchSpace
 from ..search.measurer import Measurer
-from ..search.strategy import make_candidate
+from ..search.strategy import make_candidates
 from ..search.tune import measure_candidate
 from .checkpoint import atomic_write_text, read_config
 from .language import hw_prompt, trace_to_sentence
@@ -415,12 +415,13 @@ class Iteration:
         """Up to `need` new candidates: the first written, or ranked, the evaluator's top
         need - explore of need x rank_per_slot written plus `explore` drawn from the rest.
         A program measured before is never measured twice."""
-        pool = {}
+        written = {}
         for g in gen.generate(task, need * self.cfg.rank_per_slot, 64, space):
             key = g.trace.to_json() if g.trace is not None else None
-            if key is not None and key not in seen and key not in pool:
-                pool[key] = make_candidate(space, task.args, (g.schedule, g.trace))
-        cands = list(pool.values())
+            if key is not None and key not in seen:
+                written.setdefault(key, (g.schedule, g.trace))
+        ranked = self.cfg.rank_per_slot > 1 and len(written) > need
+        cands = make_candidates(space, task.args, list(written.values()), features=ranked)
         if self.cfg.rank_per_slot == 1 or len(cands) <= need:
             return cands[:need]
         from ..search.rankers import WorldRanker

@@ -27,7 +27,7 @@ from ..errors import TlmirError
 from ..schedule.decider import draw_question, single_tile
 from ..schedule.space import SearchSpace
 from ..search.rankers import WorldRanker
-from ..search.strategy import Candidate, EvolutionarySearch, RandomSearch, make_candidate, register_strategy
+from ..search.strategy import Candidate, EvolutionarySearch, RandomSearch, make_candidates, register_strategy
 
 if TYPE_CHECKING:
     from .generate import Sampling
@@ -140,15 +140,20 @@ class TLMSearch(RandomSearch):
         return list(out.values())[:n]
 
     def _candidates(self, gens, exclude: set, n: int) -> dict:
-        out: dict[str, Candidate] = {}
+        """The first n distinct programs of `gens` not in `exclude`, lowered (in worker
+        processes when there are many)."""
+        chosen: dict = {}
         for g in gens:
-            if g.trace is None or len(out) >= n:
-                continue
-            cand = make_candidate(self.space, self.args, (g.schedule, g.trace))
-            if cand.key not in exclude:
-                out.setdefault(cand.key, cand)
-                self.logprob.setdefault(cand.key, g.logprob)
-        return out
+            if g.trace is not None and len(chosen) < n:
+                key = g.trace.to_json()
+                if key not in exclude:
+                    chosen.setdefault(key, g)
+        picked = list(chosen.values())
+        cands = make_candidates(self.space, self.args, [(g.schedule, g.trace) for g in picked],
+                                features=self.ranker is not None and self.ranker.reads_features)
+        for cand, g in zip(cands, picked):
+            self.logprob.setdefault(cand.key, g.logprob)
+        return {c.key: c for c in cands}
 
     def propose(self, n: int) -> list[Candidate]:
         picks = self._generate(n, self.seen)

@@ -1,13 +1,14 @@
-"""Lower a batch of candidate schedules in worker processes, one per spare core.
+"""Build and lower a batch of candidate programs in worker processes, one per core.
 
-Evolutionary search lowers 2,000-4,500 candidates a round so its cost model can rank
-them, and lowering is pure Python (4-15 ms a program): on a 2-core host it took 60% of
-an evolutionary-1000 run, more than the measurements. Nothing is measured while a round
-is proposed, so the cores are free. The parent still draws every trace (the random
-numbers stay in one process, so a seed picks the same programs either way); the workers
-replay each trace, lower it and compute its cost-model features, and send back only
-whether it lowered and its features. The few programs measured are lowered again in the
-parent: pickling every program back (~5 KB, 1.6 ms each) cost as much as the workers saved.
+Evolutionary search builds and lowers 2,000-4,500 candidates a round so its cost model
+can rank them, all in pure Python (about 8 ms a program): on a 2-core host that took 60%
+of an evolutionary-1000 run, more than the measurements. Nothing is measured while a
+round is proposed, so the cores are free. The parent asks for programs by request: a
+sample or a mutant, each with its own seed drawn from the search's random numbers (so a
+seed picks the same programs however many workers there are), or a trace to replay. The
+workers build, lower and compute the cost-model features, and send back the trace, any
+error and the features. The few programs measured are lowered again in the parent:
+pickling every program back (~5 KB, 1.6 ms each) cost as much as the workers saved.
 
 A worker keeps the space of the task it saw last: the task's tensors travel with every
 chunk (a few KB), and the sketches are derived once per task per worker.
@@ -20,6 +21,8 @@ import hashlib
 import multiprocessing
 import os
 import pickle
+import random
+import signal
 import sys
 from typing import Sequence
 
@@ -27,12 +30,14 @@ import numpy as np
 
 from ..errors import TlmirError
 from ..ir.stmt import PrimFunc
+from ..runtime.worker import exit_with_parent
 from ..schedule.decider import Trace
 from ..schedule.lower import lower
 from ..schedule.space import SearchSpace
 from .features import program_features
 
-MIN_BATCH = 48        # smaller batches are lowered in the calling process (a chunk's overhead)
+MIN_BATCH = 128       # smaller batches are built in the calling process: starting the workers
+                      # (~1 s) would cost a small search more than they save
 CHUNK = 64            # traces per job: several jobs per worker even out their lengths
 
 _pool: concurrent.futures.Executor | None = None
@@ -40,8 +45,9 @@ _pool_size = 0
 _broken = False        # the pool failed once in this process: lower in process from then on
 _spaces: dict[str, tuple] = {}   # worker side: task token -> (space, args)
 
-Lowered = tuple[PrimFunc | None, str | None, np.ndarray | None]
-# (function, error, features); a worker process sends no function back (None, error free)
+Built = tuple[Trace, PrimFunc | None, str | None, np.ndarray | None]
+# (trace, function, error, features); from a worker process the function is None
+# where there is no error: the worker only checked that the program lowers
 
 
 def lowering_workers(requested: int) -> int:
@@ -50,9 +56,9 @@ def lowering_workers(requested: int) -> int:
     return requested if requested > 0 else min(os.cpu_count() or 1, 8)
 
 
-def lower_one(space: SearchSpace, args, sch, features: bool) -> Lowered:
-    """Lower one schedule; a schedule the space offers but lowering refuses is an error
-    string (a failed trial), not an exception."""
+def lower_one(space: SearchSpace, args, sch, features: bool) -> tuple[PrimFunc | None, str | None, np.ndarray | None]:
+    """Lower one schedule: (function, error, features); a schedule the space offers but
+    lowering refuses is an error string (a failed trial), not an exception."""
     try:
         func = lower(sch, args)
     except TlmirError as e:
@@ -60,30 +66,66 @@ def lower_one(space: SearchSpace, args, sch, features: bool) -> Lowered:
     return func, None, program_features(func, space.hw) if features else None
 
 
-def lower_batch(space: SearchSpace, args, sch_traces: Sequence[tuple], features: bool = False,
-                workers: int = 0) -> list[Lowered]:
-    """(function, error, features) of each (schedule, trace), in order; `features`: compute
-    the cost-model features too. In `lowering_workers(workers)` processes when the batch is
-    large enough to pay for it: then the function is None where there is no error (the
-    workers only checked that it lowers; lower it here when it is needed)."""
+def in_workers(count: int, workers: int) -> bool:
+    """Whether a batch of `count` programs is built in worker processes."""
+    return lowering_workers(workers) >= 2 and count >= MIN_BATCH and not _broken
+
+
+def sample_request(seed: int) -> tuple:
+    """A random program of the space, drawn with its own seed (so where it is drawn does not matter)."""
+    return ("sample", None, seed)
+
+
+def mutate_request(parent: str, seed: int) -> tuple:
+    """A mutant of the program whose trace (JSON) is `parent`, drawn with its own seed."""
+    return ("mutate", parent, seed)
+
+
+def replay_request(trace: Trace) -> tuple:
+    return ("replay", trace.to_json(), 0)
+
+
+def build_one(space: SearchSpace, args, request: tuple, features: bool) -> Built:
+    """The program a request names, built and lowered in this process."""
+    kind, text, seed = request
+    if kind == "sample":
+        sch, trace = space.sample(random.Random(seed))
+    elif kind == "mutate":
+        sch, trace = space.mutate(Trace.from_json(text), random.Random(seed))
+    else:
+        trace = Trace.from_json(text)
+        try:
+            sch = space.replay(trace)
+        except TlmirError as e:
+            return trace, None, f"{type(e).__name__}: {e}", None
+    return (trace,) + lower_one(space, args, sch, features)
+
+
+def build_batch(space: SearchSpace, args, requests: Sequence[tuple], features: bool = False,
+                workers: int = 0) -> list[Built]:
+    """The programs `requests` name (sample_request, mutate_request, replay_request), in
+    order; `features`: with the cost model's features. In `lowering_workers(workers)`
+    processes when the batch is large enough to pay for it; the result does not depend on
+    where they were built."""
     n = lowering_workers(workers)
-    if n < 2 or len(sch_traces) < MIN_BATCH or _broken:
-        return [lower_one(space, args, sch, features) for sch, _ in sch_traces]
-    try:
-        blob = pickle.dumps((space.outputs, args, space.hw, space.sp))
-    except (pickle.PicklingError, AttributeError, TypeError):   # e.g. a te body holding a local function
-        return [lower_one(space, args, sch, features) for sch, _ in sch_traces]
+    blob = None
+    if in_workers(len(requests), workers):
+        try:
+            blob = pickle.dumps((space.outputs, args, space.hw, space.sp))
+        except (pickle.PicklingError, AttributeError, TypeError):   # e.g. a te body holding a local function
+            blob = None
+    if blob is None:
+        return [build_one(space, args, r, features) for r in requests]
     token = hashlib.sha1(blob).hexdigest()
-    traces = [trace.to_json() for _, trace in sch_traces]
-    jobs = [(token, blob, traces[i:i + CHUNK], features) for i in range(0, len(traces), CHUNK)]
+    jobs = [(token, blob, requests[i:i + CHUNK], features) for i in range(0, len(requests), CHUNK)]
     try:
-        out: list[Lowered] = []
-        for part in _get_pool(n).map(_lower_chunk, jobs):
-            out += part
+        out: list[Built] = []
+        for part in _get_pool(n).map(_build_chunk, jobs):
+            out += [(Trace.from_json(text), None, error, feats) for text, error, feats in part]
         return out
     except (concurrent.futures.process.BrokenProcessPool, OSError, pickle.PicklingError) as e:
         _give_up(e)
-        return [lower_one(space, args, sch, features) for sch, _ in sch_traces]
+        return [build_one(space, args, r, features) for r in requests]
 
 
 def _get_pool(n: int) -> concurrent.futures.Executor:
@@ -91,7 +133,8 @@ def _get_pool(n: int) -> concurrent.futures.Executor:
     if _pool is None or _pool_size != n:
         shutdown()
         # spawn, not fork: the parent may hold torch's threads (the world model, the TLM)
-        _pool = concurrent.futures.ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"))
+        _pool = concurrent.futures.ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"),
+                                                       initializer=_init_worker)
         _pool_size = n
     return _pool
 
@@ -114,21 +157,23 @@ def shutdown() -> None:
 atexit.register(shutdown)
 
 
-def _lower_chunk(job: tuple) -> list[Lowered]:
-    """Worker side: replay and lower a chunk of traces of one task."""
-    token, blob, traces, features = job
+def _init_worker() -> None:
+    """Ctrl-C is the parent's to handle, and a parent killed by SIGKILL takes its workers
+    along (a pool's worker would otherwise wait on its queue forever)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    exit_with_parent()
+
+
+def _build_chunk(job: tuple) -> list[tuple[str, str | None, np.ndarray | None]]:
+    """Worker side: build a chunk of one task's requests; (trace JSON, error, features) each."""
+    token, blob, requests, features = job
     if token not in _spaces:
         outputs, args, hw, sp = pickle.loads(blob)
         _spaces.clear()
         _spaces[token] = (SearchSpace(outputs, hw, sp), args)
     space, args = _spaces[token]
     out = []
-    for text in traces:
-        try:
-            sch = space.replay(Trace.from_json(text))
-        except TlmirError as e:
-            out.append((None, f"{type(e).__name__}: {e}", None))
-            continue
-        _, error, feats = lower_one(space, args, sch, features)
-        out.append((None, error, feats))
+    for request in requests:
+        trace, _, error, feats = build_one(space, args, request, features)
+        out.append((trace.to_json(), error, feats))
     return out

@@ -23,51 +23,59 @@ from ..ir.stmt import PrimFunc
 from ..schedule.decider import Trace
 from ..schedule.lower import lower
 from ..schedule.space import SearchSpace
-from .parallel_lower import lower_batch, lower_one
+from .parallel_lower import (build_batch, in_workers, lower_one, mutate_request, replay_request,
+                             sample_request)
 from .rankers import make_ranker
 
 
 class Candidate:
-    """A trace of the task's space and its lowered program. A candidate a worker process
-    lowered (parallel_lower) keeps its schedule instead and is lowered again here on first
-    use of `func`: most candidates are only ranked, and sending programs back costs more
-    than lowering the few that are measured."""
-    __slots__ = ("trace", "error", "features", "_func", "_schedule", "_args")
+    """A trace of the task's space and its lowered program. A candidate built in a worker
+    process (parallel_lower) is lowered again here on first use of `func`: most candidates
+    are only ranked, and sending programs back costs more than lowering the few measured."""
+    __slots__ = ("trace", "error", "features", "_func", "_space", "_args", "_key")
 
     def __init__(self, trace: Trace, func: PrimFunc | None = None, error: str | None = None,
-                 features: np.ndarray | None = None, schedule=None, args=None):
+                 features: np.ndarray | None = None, space: SearchSpace | None = None, args=None):
         self.trace, self.error, self.features = trace, error, features   # features: the cost model's
-        self._func, self._schedule, self._args = func, schedule, args
+        self._func, self._space, self._args, self._key = func, space, args, None
 
     @property
     def lowered(self) -> bool:
         """Whether the program lowers (False: a failed trial, `error` says why)."""
-        return self._func is not None or (self._schedule is not None and self.error is None)
+        return self._func is not None or (self._space is not None and self.error is None)
 
     @property
     def func(self) -> PrimFunc | None:
         if self._func is None and self.lowered:
-            self._func = lower(self._schedule, self._args)
-            self._schedule = self._args = None
+            self._func = lower(self._space.replay(self.trace), self._args)
+            self._space = self._args = None
         return self._func
 
     @property
     def key(self) -> str:
-        return self.trace.to_json()
+        if self._key is None:
+            self._key = self.trace.to_json()
+        return self._key
 
 
-def make_candidate(space: SearchSpace, args, sch_trace) -> Candidate:
+def make_candidate(space: SearchSpace, args, sch_trace, features: bool = False) -> Candidate:
     sch, trace = sch_trace
-    func, error, _ = lower_one(space, args, sch, features=False)
-    return Candidate(trace, func, error)
+    return Candidate(trace, *lower_one(space, args, sch, features))
+
+
+def build_candidates(space: SearchSpace, args, requests: list, features: bool = False) -> list[Candidate]:
+    """The candidates of parallel_lower requests (samples, mutants, replays), built in worker
+    processes when there are many (SearchParams.lowering_workers); `features`: with the
+    cost model's features."""
+    return [Candidate(trace, func, error, feats, space if func is None and error is None else None, args)
+            for trace, func, error, feats in build_batch(space, args, requests, features, space.sp.lowering_workers)]
 
 
 def make_candidates(space: SearchSpace, args, sch_traces: list, features: bool = False) -> list[Candidate]:
-    """`make_candidate` of each (schedule, trace), checked in worker processes when there are
-    many (SearchParams.lowering_workers); `features`: with the cost model's features."""
-    lowered = lower_batch(space, args, sch_traces, features, space.sp.lowering_workers)
-    return [Candidate(trace, func, error, feats, schedule=None if func is not None or error else sch, args=args)
-            for (sch, trace), (func, error, feats) in zip(sch_traces, lowered)]
+    """`make_candidate` of each (schedule, trace); many are replayed and lowered in worker processes."""
+    if in_workers(len(sch_traces), space.sp.lowering_workers):
+        return build_candidates(space, args, [replay_request(t) for _, t in sch_traces], features)
+    return [make_candidate(space, args, st, features) for st in sch_traces]
 
 
 class RandomSearch:
@@ -79,32 +87,31 @@ class RandomSearch:
         self.rng = random.Random(seed)
         self.seen: set[str] = set()
 
-    def _distinct(self, n: int, draw, exclude: set, lowered_only: bool = False) -> list[Candidate]:
-        """Up to n distinct candidates of the (schedule, trace) pairs `draw()` returns, not in
-        `exclude` (at most 20 n draws); `lowered_only` drops those that failed to lower (and so
-        lowers as it draws, in this process; otherwise the draws are lowered as one batch)."""
-        if lowered_only:
-            out: dict[str, Candidate] = {}
-            for _ in range(n * 20):
-                if len(out) == n:
-                    break
-                cand = make_candidate(self.space, self.args, draw())
-                if cand.key not in exclude and cand.lowered:
-                    out.setdefault(cand.key, cand)
-            return list(out.values())
-        drawn: dict[str, tuple] = {}
+    def _distinct(self, n: int, draw, exclude: set) -> list[Candidate]:
+        """Up to n distinct lowered candidates from `draw()` (a (schedule, trace) pair) not in
+        `exclude`, at most 20 n draws, lowered one by one as drawn (for a few)."""
+        out: dict[str, Candidate] = {}
         for _ in range(n * 20):
-            if len(drawn) == n:
+            if len(out) == n:
                 break
-            sch, trace = draw()
-            key = trace.to_json()
-            if key not in exclude:
-                drawn.setdefault(key, (sch, trace))
-        return make_candidates(self.space, self.args, list(drawn.values()), self.lowers_features)
+            cand = make_candidate(self.space, self.args, draw())
+            if cand.key not in exclude and cand.lowered:
+                out.setdefault(cand.key, cand)
+        return list(out.values())
 
     def _sample(self, n: int, exclude: set) -> list[Candidate]:
-        """Up to n random candidates, distinct and not in `exclude`."""
-        return self._distinct(n, lambda: self.space.sample(self.rng), exclude)
+        """Up to n random candidates, distinct and not in `exclude` (at most 20 n draws,
+        asked for in batches of as many as are missing)."""
+        out: dict[str, Candidate] = {}
+        draws = 0
+        while len(out) < n and draws < 20 * n:
+            k = min(n - len(out), 20 * n - draws)
+            draws += k
+            requests = [sample_request(self.rng.getrandbits(63)) for _ in range(k)]
+            for cand in build_candidates(self.space, self.args, requests, self.lowers_features):
+                if cand.key not in exclude and len(out) < n:
+                    out.setdefault(cand.key, cand)
+        return list(out.values())
 
     def round_size(self, done: int) -> int:
         """How many programs the next round measures, `done` measured so far."""
@@ -157,17 +164,16 @@ class EvolutionarySearch(RandomSearch):
             if np.all(np.isnan(finite)):
                 break
             w = np.nan_to_num(finite - np.nanmin(finite) + 1e-3, nan=0.0)
-            drawn: dict[str, tuple] = {}
+            requests = []
             for _ in range(pop_size):
                 parent = pop[self.rng.choices(range(len(pop)), weights=w)[0]]
-                if not parent.lowered or self.rng.random() > self.sp.mutation_prob:
-                    continue
-                sch, trace = self.space.mutate(parent.trace, self.rng)
-                key = trace.to_json()
-                if key not in pool:
-                    drawn.setdefault(key, (sch, trace))
-            children = make_candidates(self.space, self.args, list(drawn.values()), self.lowers_features)
-            pool.update((c.key, c) for c in children)
+                if parent.lowered and self.rng.random() <= self.sp.mutation_prob:
+                    requests.append(mutate_request(parent.key, self.rng.getrandbits(63)))
+            children = []
+            for child in build_candidates(self.space, self.args, requests, self.lowers_features):
+                if child.key not in pool:
+                    pool[child.key] = child
+                    children.append(child)
             merged = pop + children
             pop = [merged[i] for i in self._top(merged, self._scores(merged), pop_size, dropped)]
         local = self._local_mutants(min(n, int(round(n * self.sp.local_share))), fastest_first)
@@ -239,7 +245,7 @@ class EvolutionarySearch(RandomSearch):
         def mutant() -> tuple:
             parent = parents[0] if self.rng.random() < 0.5 else self.rng.choice(parents)
             return self.space.mutate(parent.trace, self.rng)
-        return self._distinct(k, mutant, self.seen, lowered_only=True)
+        return self._distinct(k, mutant, self.seen)
 
     def update(self, measured: list[tuple[Candidate, float | None]]) -> None:
         super().update(measured)

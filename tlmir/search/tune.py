@@ -19,7 +19,8 @@ from ..schedule.decider import ReplayDecider, Trace
 from ..schedule.lower import lower
 from ..schedule.space import SearchSpace
 from .measurer import Measurer
-from .strategy import Candidate, make_candidate, make_strategy
+from .parallel_lower import replay_request
+from .strategy import Candidate, build_candidates, make_candidate, make_strategy
 
 
 @dataclass
@@ -139,14 +140,12 @@ class TaskTuner:
                 self._account(trace, None, searched=False)
                 continue
             self._account(trace, seconds)
-            cand = None
-            if seconds is not None:
-                try:
-                    cand = make_candidate(self.space, self.task.args,
-                                          self.space.apply(trace.sketch, ReplayDecider(trace)))
-                except TlmirError:
-                    pass  # recorded under an older space: counted, not learned from
-            past.append((cand or Candidate(trace, None), seconds))
+            past.append((trace, seconds))
+        # a trace recorded under an older space fails to replay: counted, not learned from
+        learned = iter(build_candidates(self.space, self.task.args,
+                                        [replay_request(t) for t, sec in past if sec is not None],
+                                        self.search.lowers_features))
+        past = [(next(learned) if sec is not None else Candidate(t), sec) for t, sec in past]
         if past:
             self.search.update(past)
         self._take_confirmed(records)
