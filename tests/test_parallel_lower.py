@@ -7,6 +7,7 @@ import textwrap
 import time
 
 import numpy as np
+from worker_jobs import alive
 
 from tlmir import ops
 from tlmir.runtime.target import SearchParams
@@ -82,16 +83,8 @@ def test_a_search_killed_by_sigkill_leaves_no_worker_behind():
         proc.wait()
     assert len(pids) >= 1
     deadline = time.monotonic() + 10
-    alive = pids
-    while alive and time.monotonic() < deadline:
+    left = pids
+    while left and time.monotonic() < deadline:
         time.sleep(0.2)
-        alive = [p for p in pids if _alive(p)]
-    assert not alive, f"pool workers {alive} outlived their killed parent"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split()[2] != "Z"
-    except FileNotFoundError:
-        return False
+        left = [p for p in pids if alive(p)]
+    assert not left, f"pool workers {left} outlived their killed parent"

@@ -120,18 +120,10 @@ def test_a_killed_parent_leaves_no_worker_and_no_traceback(tmp_path):
     proc.kill()
     proc.wait()
     deadline = time.time() + 10
-    while time.time() < deadline and _alive(child):
+    while time.time() < deadline and jobs.alive(child):
         time.sleep(0.2)
-    assert not _alive(child)
+    assert not jobs.alive(child)
     assert "Traceback" not in proc.stderr.read()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split()[2] != "Z"
-    except OSError:
-        return False
 
 
 def test_run_isolated_shared_worker():

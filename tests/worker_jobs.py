@@ -1,4 +1,5 @@
-"""Job functions for tests/test_worker.py: module-level so the spawn child can import them."""
+"""Job functions for tests/test_worker.py: module-level so the spawn child can import them;
+and `alive`, for the tests that check no child outlives its parent."""
 import ctypes
 import os
 import time
@@ -39,3 +40,12 @@ def getpid():
 
 def unpicklable_result():
     return lambda: None
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split()[2] != "Z"
+    except OSError:
+        return False
