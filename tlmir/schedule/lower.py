@@ -47,6 +47,7 @@ class _Info:
     dom: dict = field(default_factory=dict)      # id(IterVar) -> extent at lowering
     value: dict = field(default_factory=dict)    # id(root IterVar) -> local value in leaf vars
     guards: list = field(default_factory=list)
+    root: dict | None = None                     # root axis var -> global value, once known
 
 
 class _Lowerer:
@@ -226,12 +227,14 @@ class _Lowerer:
         return out
 
     def _root_values(self, info: _Info) -> dict:
-        """Root axis var -> its global value (region start + local value)."""
-        st = info.stage
-        out = {a.var: arith.simplify(m + info.value[id(a)], self.ranges)
-               for a, m in zip(st.op.axis, info.mins)}
-        out.update({a.var: info.value[id(a)] for a in st.op.reduce_axis})
-        return out
+        """Root axis var -> its global value (region start + local value). Computed once a
+        stage: its region and loops are fixed by then, and every consumer asks again."""
+        if info.root is None:
+            st = info.stage
+            info.root = {a.var: arith.simplify(m + info.value[id(a)], self.ranges)
+                         for a, m in zip(st.op.axis, info.mins)}
+            info.root.update({a.var: info.value[id(a)] for a in st.op.reduce_axis})
+        return info.root
 
     def _domains(self, info: _Info, exts: list) -> None:
         st, dom = info.stage, info.dom
