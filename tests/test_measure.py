@@ -103,3 +103,39 @@ def test_a_warm_run_delayed_by_a_scheduler_tick_is_run_again(monkeypatch):
     monkeypatch.setattr(jit.Kernel, "benchmark", first_single_run_ticked)
     res = measure_in_process(func, ins, expected, repeat=5, cutoff=0.001)
     assert res.ok and len(single_runs) == 2 and len(res.times) == 5 and res.median < 0.001
+
+
+def test_a_program_compiled_ahead_is_loaded_not_compiled_again(monkeypatch):
+    import numpy as np
+
+    from tlmir.codegen_cpu import jit
+    op, func, ins = _matmul_func()
+    key, obj, llvm_ir = jit.compile_object(func)
+    jit.remember({key: (obj, llvm_ir)})
+
+    def no_compiling(*args):
+        raise AssertionError("compiled again")
+    monkeypatch.setattr(jit, "_optimized_module", no_compiling)
+    kernel = jit.compile_func(func)
+    out = np.zeros((16, 16), "float32")
+    kernel(*ins, out)
+    np.testing.assert_allclose(out, op.run_reference(*ins)[0], rtol=1e-4, atol=1e-4)
+    assert kernel.source == llvm_ir
+
+
+def test_a_round_compiled_ahead_in_processes_is_measured_and_verified():
+    import random
+
+    from tlmir.runtime.task import Task
+    from tlmir.schedule.space import SearchSpace
+    from tlmir.search.measurer import Measurer
+    task = Task.from_op(ops.matmul(32, 32, 64))
+    space, rng = SearchSpace(task.outputs), random.Random(0)
+    funcs = [tlmir.lower(space.sample(rng)[0], task.args) for _ in range(4)]
+    m = Measurer(compile_workers=2)
+    try:
+        assert 1 <= m.prepare(funcs) <= len(funcs)  # distinct programs, each compiled once
+        results = [m.measure(task, f) for f in funcs]
+    finally:
+        m.close()
+    assert all(r.ok and r.kind == "ok" for r in results)

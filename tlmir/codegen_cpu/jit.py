@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
 from typing import Callable, Sequence
 
 import llvmlite.binding as llvm
@@ -28,7 +29,7 @@ _ABOVE = {"avx512": (), "avx2": ("avx512",), "sse": ("avx512", "avx", "fma", "f1
 # feature-name prefixes an instruction set does not have (on a host that does)
 
 
-def _new_target_machine(isa: str | None = None) -> llvm.TargetMachine:
+def _new_target_machine(isa: str | None = None, jit: bool = False) -> llvm.TargetMachine:
     """A target machine for this host, held to `isa` (None: everything the host has).
     MCJIT takes ownership of the one it is given, so each engine gets its own;
     optimisation and assembly share `_target_machine(isa)`."""
@@ -42,7 +43,7 @@ def _new_target_machine(isa: str | None = None) -> llvm.TargetMachine:
     except RuntimeError:  # not every platform reports features; the CPU name still implies them
         features = ""
     target = llvm.Target.from_triple(llvm.get_process_triple())
-    return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=features, opt=3)
+    return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=features, opt=3, jit=jit)
 
 
 @functools.cache
@@ -105,13 +106,23 @@ class Kernel:
         return time_calls(self._bind(arrays), warmup, repeat, min_time)
 
 
-def compile_func(func: PrimFunc, hw: HardwareParams | None = None) -> Kernel:
-    """PrimFunc -> optimised native Kernel for `hw` (default: this host; an AVX2 `hw` on an
-    AVX-512 host gets 256-bit code). Raises BuildError naming `func`."""
+_AHEAD: dict[str, tuple[bytes, str]] = {}  # memo key -> (object code, optimised IR) compiled elsewhere
+_AHEAD_LIMIT = 256  # objects kept (a few rounds' worth); then the memo starts over
+
+
+def _emit(func: PrimFunc, hw: HardwareParams | None) -> tuple[str, str | None]:
+    """(LLVM IR text, instruction set) of `func` for `hw`."""
     _init_llvm()
     isa = hw.isa if hw is not None else None
     lanes = hw.vector_lanes if hw is not None else host_hardware().vector_lanes
-    text = emit_module(add_prefetches(func), vector_lanes_hint=lanes, openmp=have_openmp())
+    return emit_module(add_prefetches(func), vector_lanes_hint=lanes, openmp=have_openmp()), isa
+
+
+def _memo_key(text: str, isa: str | None) -> str:
+    return hashlib.sha1(f"{isa}\n{text}".encode()).hexdigest()
+
+
+def _optimized_module(func: PrimFunc, text: str, isa: str | None) -> llvm.ModuleRef:
     tm = _target_machine(isa)
     try:
         mod = llvm.parse_assembly(text)
@@ -121,10 +132,59 @@ def compile_func(func: PrimFunc, hw: HardwareParams | None = None) -> Kernel:
     mod.triple = tm.triple
     mod.data_layout = str(tm.target_data)
     _optimize(mod, isa)
-    llvm_ir = str(mod)
+    return mod
+
+
+def compile_object(func: PrimFunc, hw: HardwareParams | None = None) -> tuple[str, bytes, str] | None:
+    """`func` optimised and compiled to relocatable machine code, for another process of
+    this host to load (`remember`): (memo key, object code, optimised IR), or None if it
+    does not build (its trial compiles it again and reports why)."""
     try:
-        engine = llvm.create_mcjit_compiler(mod, _new_target_machine(isa))
+        text, isa = _emit(func, hw)
+        mod = _optimized_module(func, text, isa)
+        return _memo_key(text, isa), _object_machine(isa).emit_object(mod), str(mod)
+    except (BuildError, RuntimeError):
+        return None
+
+
+@functools.cache
+def _object_machine(isa: str | None) -> llvm.TargetMachine:
+    """The target machine that emits objects for MCJIT to load: JIT code model and settings."""
+    return _new_target_machine(isa, jit=True)
+
+
+def remember(objects: dict) -> None:
+    """Objects `compile_object` made elsewhere, keyed as `compile_func` looks them up."""
+    if len(_AHEAD) + len(objects) > _AHEAD_LIMIT:
+        _AHEAD.clear()
+    _AHEAD.update(objects)
+
+
+def compile_func(func: PrimFunc, hw: HardwareParams | None = None) -> Kernel:
+    """PrimFunc -> optimised native Kernel for `hw` (default: this host; an AVX2 `hw` on an
+    AVX-512 host gets 256-bit code). Raises BuildError naming `func`. A program compiled
+    ahead in another process (`compile_object`, `remember`) is loaded, not compiled again."""
+    text, isa = _emit(func, hw)
+    ahead = _AHEAD.get(_memo_key(text, isa))
+    try:
+        if ahead is not None:
+            obj, llvm_ir = ahead
+            engine = llvm.create_mcjit_compiler(_empty_module(isa), _new_target_machine(isa))
+            engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+        else:
+            mod = _optimized_module(func, text, isa)
+            llvm_ir = str(mod)
+            engine = llvm.create_mcjit_compiler(mod, _new_target_machine(isa))
         engine.finalize_object()
     except RuntimeError as e:
         raise BuildError(f"{func.name}: native code generation failed: {e}") from None
     return Kernel(func, engine, llvm_ir, isa)
+
+
+def _empty_module(isa: str | None) -> llvm.ModuleRef:
+    """The module an engine is created with when its code comes as an object file."""
+    tm = _target_machine(isa)
+    mod = llvm.parse_assembly("")
+    mod.triple = tm.triple
+    mod.data_layout = str(tm.target_data)
+    return mod

@@ -5,14 +5,16 @@ against the reference and times. A crash or hang costs that candidate only: the 
 is restarted and the task's arrays are sent again. A GPU target is measured the same way:
 the worker holds the CUDA context, a kernel that faults is a failed trial and the worker
 rebuilds the context (codegen_cuda.driver), and one that takes the process down is a crash.
-ptxas is single-threaded and takes 0.2 s to seconds a GPU program, so `prepare` compiles a
-round's programs in a pool of processes first and hands the binaries to the worker.
+ptxas is single-threaded and takes 0.2 s to seconds a GPU program, and LLVM 0.2-0.8 s a CPU
+one (most of a small kernel's trial), so `prepare` compiles a round's programs in a pool of
+processes first and hands the binaries (cubins, objects) to the worker.
 """
 from __future__ import annotations
 
 import concurrent.futures
 import multiprocessing
 import os
+import sys
 
 import numpy as np
 
@@ -24,7 +26,7 @@ from ..runtime.backend import backend_for
 from ..runtime.measure import MeasureResult, measure_in_process
 from ..runtime.target import HardwareParams
 from ..runtime.task import Task
-from ..runtime.worker import Worker
+from ..runtime.worker import Worker, exit_with_parent
 
 _TASK_ARRAYS: dict = {}  # worker side: task key -> (inputs, expected outputs)
 # what a worker imports before its first job, per target kind (its start-up, not a trial's)
@@ -59,7 +61,7 @@ class Measurer:
                  hw: HardwareParams | None = None, compile_workers: int | None = None):
         """`hw`: the target the programs are compiled for (default: this host). A GPU target
         needs a GPU here: NoDeviceError says so before any worker starts. `compile_workers`:
-        processes that compile a round of GPU programs ahead (default: one per core)."""
+        processes that compile a round of programs ahead (default: one per core)."""
         self.timeout, self.repeat, self.num_threads, self.hw = timeout, repeat, num_threads, hw
         self.compile_workers = compile_workers if compile_workers is not None else (os.cpu_count() or 1)
         self._compile_pool: concurrent.futures.Executor | None = None
@@ -81,14 +83,24 @@ class Measurer:
         return self._arrays[task.key]
 
     def prepare(self, funcs: list[PrimFunc]) -> int:
-        """Compile a round of GPU programs ahead, `compile_workers` at a time, and give the
-        worker their binaries; how many it got (0 for a CPU target, where LLVM is quick)."""
-        if self.hw is None or self.hw.kind != "cuda" or self.compile_workers < 2 or len(funcs) < 2:
+        """Compile a round's programs ahead, `compile_workers` at a time, and give the worker
+        their binaries; how many it got. Nothing is timed meanwhile: the worker waits."""
+        backend = backend_for(self.hw)
+        if self.compile_workers < 2 or len(funcs) < 2 or not hasattr(backend, "compile_ahead"):
             return 0
         if self._compile_pool is None:
             self._compile_pool = concurrent.futures.ProcessPoolExecutor(
-                self.compile_workers, mp_context=multiprocessing.get_context("spawn"))
-        binaries = backend_for(self.hw).compile_ahead(funcs, self.hw, self._compile_pool, timeout=self.timeout)
+                self.compile_workers, mp_context=multiprocessing.get_context("spawn"), initializer=exit_with_parent)
+        # a round's worth of trial timeouts: no compile may still run when the timing starts
+        per_worker = -(-len(funcs) // self.compile_workers)
+        try:
+            binaries = backend.compile_ahead(funcs, self.hw, self._compile_pool, timeout=self.timeout * per_worker)
+        except (concurrent.futures.process.BrokenProcessPool, OSError) as e:
+            sys.stderr.write(f"[measure] compiling ahead failed ({type(e).__name__}: {e}); "
+                             f"each trial compiles its program from now on\n")
+            self._compile_pool.shutdown(wait=False, cancel_futures=True)
+            self._compile_pool, self.compile_workers = None, 1
+            return 0
         if not binaries:
             return 0
         res = self.worker.run(_remember, self.hw, binaries, timeout=self.timeout)
@@ -115,6 +127,6 @@ class Measurer:
 
     def close(self) -> None:
         self.worker.close()
-        if self._compile_pool is not None:
-            self._compile_pool.shutdown(wait=False, cancel_futures=True)
+        if self._compile_pool is not None:  # idle between rounds: its processes exit at once
+            self._compile_pool.shutdown(wait=True, cancel_futures=True)
             self._compile_pool = None
