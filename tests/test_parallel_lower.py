@@ -71,7 +71,7 @@ def test_a_search_killed_by_sigkill_leaves_no_worker_behind():
             space = SearchSpace(task.outputs, sp=SearchParams(lowering_workers=2))
             reqs = [parallel_lower.sample_request(s) for s in range(parallel_lower.MIN_BATCH)]
             build_candidates(space, task.args, reqs)
-            print(*parallel_lower._pool._processes, flush=True)
+            print(*parallel_lower._pool.pids, flush=True)
             time.sleep(60)
     """)
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,

@@ -14,8 +14,10 @@ died (even by SIGKILL) exits within a second, quietly.
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
 import os
 import pickle
+import queue
 import signal
 import socket
 import subprocess
@@ -260,6 +262,42 @@ class Worker:
             self.close()
         except Exception:  # interpreter shutdown: modules may already be torn down
             pass
+
+
+class WorkerPool(concurrent.futures.Executor):
+    """`n` Workers that run independent jobs at once, as an Executor: each job goes to an
+    idle worker, and its exception, crash or timeout (`timeout` seconds) is its future's
+    MeasureError. Fresh interpreters as a Worker's are, so, unlike multiprocessing's
+    pools, a caller's unguarded script is not imported again in each of them."""
+
+    def __init__(self, n: int, preload: Sequence[str] = (), timeout: float = 600.0) -> None:
+        self.timeout = timeout
+        self._workers = [Worker(preload) for _ in range(n)]
+        self._idle: queue.SimpleQueue = queue.SimpleQueue()
+        for w in self._workers:
+            self._idle.put(w)
+        self._threads = concurrent.futures.ThreadPoolExecutor(n, thread_name_prefix="tlmir-pool")
+
+    @property
+    def pids(self) -> list[int]:
+        return [w.pid for w in self._workers if w.pid is not None]
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
+        if kwargs:
+            raise TypeError("WorkerPool jobs take positional arguments only")
+        return self._threads.submit(self._run, fn, args)
+
+    def _run(self, fn: Callable[..., Any], args: tuple) -> Any:
+        worker = self._idle.get()
+        try:
+            return worker.run(fn, *args, timeout=self.timeout).unwrap(getattr(fn, "__name__", "job"))
+        finally:
+            self._idle.put(worker)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self._threads.shutdown(wait=wait, cancel_futures=cancel_futures)
+        for w in self._workers:
+            w.close()
 
 
 def _reap(proc: subprocess.Popen) -> None:

@@ -11,22 +11,20 @@ processes first and hands the binaries (cubins, objects) to the worker.
 """
 from __future__ import annotations
 
-import concurrent.futures
-import multiprocessing
 import os
 import sys
 
 import numpy as np
 
 from ..build import reference_outputs
-from ..errors import NoDeviceError
+from ..errors import MeasureError, NoDeviceError
 from ..ir.stmt import PrimFunc
 from ..runtime import gpu
 from ..runtime.backend import backend_for
 from ..runtime.measure import MeasureResult, measure_in_process
 from ..runtime.target import HardwareParams
 from ..runtime.task import Task
-from ..runtime.worker import Worker, exit_with_parent
+from ..runtime.worker import Worker, WorkerPool
 
 _TASK_ARRAYS: dict = {}  # worker side: task key -> (inputs, expected outputs)
 # what a worker imports before its first job, per target kind (its start-up, not a trial's)
@@ -64,7 +62,7 @@ class Measurer:
         processes that compile a round of programs ahead (default: one per core)."""
         self.timeout, self.repeat, self.num_threads, self.hw = timeout, repeat, num_threads, hw
         self.compile_workers = compile_workers if compile_workers is not None else (os.cpu_count() or 1)
-        self._compile_pool: concurrent.futures.Executor | None = None
+        self._compile_pool: WorkerPool | None = None
         kind = hw.kind if hw is not None else "cpu"
         if kind == "cuda":
             try:
@@ -89,13 +87,12 @@ class Measurer:
         if self.compile_workers < 2 or len(funcs) < 2 or not hasattr(backend, "compile_ahead"):
             return 0
         if self._compile_pool is None:
-            self._compile_pool = concurrent.futures.ProcessPoolExecutor(
-                self.compile_workers, mp_context=multiprocessing.get_context("spawn"), initializer=exit_with_parent)
+            self._compile_pool = WorkerPool(self.compile_workers, PRELOAD.get(backend.name, ()), timeout=self.timeout)
         # a round's worth of trial timeouts: no compile may still run when the timing starts
         per_worker = -(-len(funcs) // self.compile_workers)
         try:
             binaries = backend.compile_ahead(funcs, self.hw, self._compile_pool, timeout=self.timeout * per_worker)
-        except (concurrent.futures.process.BrokenProcessPool, OSError) as e:
+        except (MeasureError, OSError) as e:
             sys.stderr.write(f"[measure] compiling ahead failed ({type(e).__name__}: {e}); "
                              f"each trial compiles its program from now on\n")
             self._compile_pool.shutdown(wait=False, cancel_futures=True)

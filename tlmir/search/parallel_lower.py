@@ -3,7 +3,9 @@
 Evolutionary search builds and lowers 2,000-4,500 candidates a round so its cost model
 can rank them, all in pure Python (about 8 ms a program): on a 2-core host that took 60%
 of an evolutionary-1000 run, more than the measurements. Nothing is measured while a
-round is proposed, so the cores are free. The parent asks for programs by request: a
+round is proposed, so the cores are free. The workers are the measuring worker's kind
+(runtime.worker.WorkerPool): fresh interpreters, so a script without a main guard can
+search, and a search killed by SIGKILL takes them along. The parent asks for programs by request: a
 sample or a mutant, each with its own seed drawn from the search's random numbers (so a
 seed picks the same programs however many workers there are), or a trace to replay. The
 workers build, lower and compute the cost-model features, and send back the trace, any
@@ -16,21 +18,18 @@ chunk (a few KB), and the sketches are derived once per task per worker.
 from __future__ import annotations
 
 import atexit
-import concurrent.futures
 import hashlib
-import multiprocessing
 import os
 import pickle
 import random
-import signal
 import sys
 from typing import Sequence
 
 import numpy as np
 
-from ..errors import TlmirError
+from ..errors import MeasureError, TlmirError
 from ..ir.stmt import PrimFunc
-from ..runtime.worker import exit_with_parent
+from ..runtime.worker import WorkerPool
 from ..schedule.decider import Trace
 from ..schedule.lower import lower
 from ..schedule.space import SearchSpace
@@ -40,7 +39,7 @@ MIN_BATCH = 128       # smaller batches are built in the calling process: starti
                       # (~1 s) would cost a small search more than they save
 CHUNK = 64            # traces per job: several jobs per worker even out their lengths
 
-_pool: concurrent.futures.Executor | None = None
+_pool: WorkerPool | None = None
 _pool_size = 0
 _broken = False        # the pool failed once in this process: lower in process from then on
 _spaces: dict[str, tuple] = {}   # worker side: task token -> (space, args)
@@ -123,18 +122,16 @@ def build_batch(space: SearchSpace, args, requests: Sequence[tuple], features: b
         for part in _get_pool(n).map(_build_chunk, jobs):
             out += [(Trace.from_json(text), None, error, feats) for text, error, feats in part]
         return out
-    except (concurrent.futures.process.BrokenProcessPool, OSError, pickle.PicklingError) as e:
+    except (MeasureError, OSError) as e:   # a worker crashed, timed out or raised
         _give_up(e)
         return [build_one(space, args, r, features) for r in requests]
 
 
-def _get_pool(n: int) -> concurrent.futures.Executor:
+def _get_pool(n: int) -> WorkerPool:
     global _pool, _pool_size
     if _pool is None or _pool_size != n:
         shutdown()
-        # spawn, not fork: the parent may hold torch's threads (the world model, the TLM)
-        _pool = concurrent.futures.ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"),
-                                                       initializer=_init_worker)
+        _pool = WorkerPool(n, preload=(__name__,))
         _pool_size = n
     return _pool
 
@@ -150,18 +147,11 @@ def shutdown() -> None:
     """Stop the worker processes (they start again on the next large batch)."""
     global _pool, _pool_size
     if _pool is not None:
-        _pool.shutdown(wait=False, cancel_futures=True)
+        _pool.shutdown(wait=True, cancel_futures=True)
     _pool, _pool_size = None, 0
 
 
 atexit.register(shutdown)
-
-
-def _init_worker() -> None:
-    """Ctrl-C is the parent's to handle, and a parent killed by SIGKILL takes its workers
-    along (a pool's worker would otherwise wait on its queue forever)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    exit_with_parent()
 
 
 def _build_chunk(job: tuple) -> list[tuple[str, str | None, np.ndarray | None]]:
