@@ -87,7 +87,7 @@ def _child_main(conn: Any, sys_path: list[str], preload: Sequence[str]) -> None:
         return  # the parent went away (closed the socket, or was killed)
 
 
-def exit_with_parent() -> None:
+def _exit_with_parent() -> None:
     """A daemon thread that ends this process once its parent is gone (reparented), so a
     tuner killed by SIGKILL leaves no worker behind, even one stuck in a hung kernel."""
     parent = os.getppid()
@@ -102,7 +102,7 @@ def exit_with_parent() -> None:
 def main(argv: Sequence[str]) -> None:
     """The worker process (worker_process.py), FD its end of the socket
     pair; the first message is (sys.path, modules to preload)."""
-    exit_with_parent()
+    _exit_with_parent()
     conn = Connection(int(argv[1]))
     try:
         sys_path, preload = conn.recv()
