@@ -132,7 +132,7 @@ def test_a_round_compiled_ahead_in_processes_is_measured_and_verified():
     task = Task.from_op(ops.matmul(32, 32, 64))
     space, rng = SearchSpace(task.outputs), random.Random(0)
     funcs = [tlmir.lower(space.sample(rng)[0], task.args) for _ in range(4)]
-    m = Measurer(compile_workers=2)
+    m = Measurer(compile_workers=2, ahead_min=2)
     try:
         assert 1 <= m.prepare(funcs) <= len(funcs)  # distinct programs, each compiled once
         results = [m.measure(task, f) for f in funcs]

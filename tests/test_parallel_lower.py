@@ -57,30 +57,31 @@ def test_a_replayed_trace_the_space_refuses_is_a_failed_candidate():
     assert good.lowered and not bad.lowered and "sketch" in bad.error and bad.func is None
 
 
-def test_a_search_killed_by_sigkill_leaves_no_worker_behind():
-    script = textwrap.dedent("""
-        import os, sys, time
+def test_a_script_without_a_main_guard_builds_in_workers_that_die_with_it(tmp_path):
+    script = tmp_path / "unguarded.py"
+    script.write_text(textwrap.dedent("""
+        import time
         from tlmir import ops
         from tlmir.runtime.target import SearchParams
         from tlmir.runtime.task import Task
         from tlmir.schedule.space import SearchSpace
         from tlmir.search import parallel_lower
         from tlmir.search.strategy import build_candidates
-        if __name__ == "__main__":
-            task = Task.from_op(ops.matmul(32, 32, 64))
-            space = SearchSpace(task.outputs, sp=SearchParams(lowering_workers=2))
-            reqs = [parallel_lower.sample_request(s) for s in range(parallel_lower.MIN_BATCH)]
-            build_candidates(space, task.args, reqs)
-            print(*parallel_lower._pool.pids, flush=True)
-            time.sleep(60)
-    """)
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
-                            env=dict(os.environ, PYTHONPATH=REPO))
+        task = Task.from_op(ops.matmul(32, 32, 64))
+        space = SearchSpace(task.outputs, sp=SearchParams(lowering_workers=2))
+        reqs = [parallel_lower.sample_request(s) for s in range(parallel_lower.MIN_BATCH)]
+        assert all(c.lowered for c in build_candidates(space, task.args, reqs))
+        print(*parallel_lower._pool.pids, flush=True)
+        time.sleep(60)
+    """))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=dict(os.environ, PYTHONPATH=REPO))
     try:
         pids = [int(p) for p in proc.stdout.readline().split()]
     finally:
         proc.kill()
         proc.wait()
+    assert "Traceback" not in proc.stderr.read()
     assert len(pids) >= 1
     deadline = time.monotonic() + 10
     left = pids

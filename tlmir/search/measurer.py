@@ -29,6 +29,9 @@ from ..runtime.worker import Worker, WorkerPool
 _TASK_ARRAYS: dict = {}  # worker side: task key -> (inputs, expected outputs)
 # what a worker imports before its first job, per target kind (its start-up, not a trial's)
 PRELOAD = {"cpu": ("numpy", "llvmlite", "tlmir.codegen_cpu"), "cuda": ("numpy", "tlmir.codegen_cuda")}
+# the smallest round compiled ahead, per target kind: starting the pool's interpreters
+# (~1 s) costs more than compiling a few CPU programs in their trials saves
+AHEAD_MIN = {"cpu": 16, "cuda": 2}
 
 
 def _load(key: str, inputs: list, expected: list) -> bool:
@@ -56,14 +59,17 @@ class Measurer:
     """Builds, verifies and times candidate programs out of process."""
 
     def __init__(self, timeout: float = 30.0, repeat: int = 5, num_threads: int | None = None,
-                 hw: HardwareParams | None = None, compile_workers: int | None = None):
+                 hw: HardwareParams | None = None, compile_workers: int | None = None,
+                 ahead_min: int | None = None):
         """`hw`: the target the programs are compiled for (default: this host). A GPU target
         needs a GPU here: NoDeviceError says so before any worker starts. `compile_workers`:
-        processes that compile a round of programs ahead (default: one per core)."""
+        processes that compile a round of programs ahead (default: one per core), if the
+        round holds at least `ahead_min` (default: AHEAD_MIN of the target's kind)."""
         self.timeout, self.repeat, self.num_threads, self.hw = timeout, repeat, num_threads, hw
         self.compile_workers = compile_workers if compile_workers is not None else (os.cpu_count() or 1)
         self._compile_pool: WorkerPool | None = None
         kind = hw.kind if hw is not None else "cpu"
+        self.ahead_min = ahead_min if ahead_min is not None else AHEAD_MIN.get(kind, 2)
         if kind == "cuda":
             try:
                 gpu.driver()
@@ -84,7 +90,7 @@ class Measurer:
         """Compile a round's programs ahead, `compile_workers` at a time, and give the worker
         their binaries; how many it got. Nothing is timed meanwhile: the worker waits."""
         backend = backend_for(self.hw)
-        if self.compile_workers < 2 or len(funcs) < 2 or not hasattr(backend, "compile_ahead"):
+        if self.compile_workers < 2 or len(funcs) < max(2, self.ahead_min) or not hasattr(backend, "compile_ahead"):
             return 0
         if self._compile_pool is None:
             self._compile_pool = WorkerPool(self.compile_workers, PRELOAD.get(backend.name, ()), timeout=self.timeout)
