@@ -122,16 +122,21 @@ def _memo_key(text: str, isa: str | None) -> str:
     return hashlib.sha1(f"{isa}\n{text}".encode()).hexdigest()
 
 
-def _optimized_module(func: PrimFunc, text: str, isa: str | None) -> llvm.ModuleRef:
+def _on_target(mod: llvm.ModuleRef, isa: str | None) -> llvm.ModuleRef:
+    """`mod` with the target machine's triple and data layout."""
     tm = _target_machine(isa)
+    mod.triple = tm.triple
+    mod.data_layout = str(tm.target_data)
+    return mod
+
+
+def _optimized_module(func: PrimFunc, text: str, isa: str | None) -> llvm.ModuleRef:
     try:
         mod = llvm.parse_assembly(text)
         mod.verify()
     except RuntimeError as e:
         raise BuildError(f"{func.name}: LLVM rejected the generated IR: {e}") from None
-    mod.triple = tm.triple
-    mod.data_layout = str(tm.target_data)
-    _optimize(mod, isa)
+    _optimize(_on_target(mod, isa), isa)
     return mod
 
 
@@ -169,7 +174,7 @@ def compile_func(func: PrimFunc, hw: HardwareParams | None = None) -> Kernel:
     try:
         if ahead is not None:
             obj, llvm_ir = ahead
-            engine = llvm.create_mcjit_compiler(_empty_module(isa), _new_target_machine(isa))
+            engine = llvm.create_mcjit_compiler(_on_target(llvm.parse_assembly(""), isa), _new_target_machine(isa))
             engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
         else:
             mod = _optimized_module(func, text, isa)
@@ -180,11 +185,3 @@ def compile_func(func: PrimFunc, hw: HardwareParams | None = None) -> Kernel:
         raise BuildError(f"{func.name}: native code generation failed: {e}") from None
     return Kernel(func, engine, llvm_ir, isa)
 
-
-def _empty_module(isa: str | None) -> llvm.ModuleRef:
-    """The module an engine is created with when its code comes as an object file."""
-    tm = _target_machine(isa)
-    mod = llvm.parse_assembly("")
-    mod.triple = tm.triple
-    mod.data_layout = str(tm.target_data)
-    return mod

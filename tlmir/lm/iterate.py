@@ -420,12 +420,12 @@ class Iteration:
             key = g.trace.to_json() if g.trace is not None else None
             if key is not None and key not in seen:
                 written.setdefault(key, (g.schedule, g.trace))
-        ranked = self.cfg.rank_per_slot > 1 and len(written) > need
-        cands = make_candidates(space, task.args, list(written.values()), features=ranked)
-        if self.cfg.rank_per_slot == 1 or len(cands) <= need:
-            return cands[:need]
+        if self.cfg.rank_per_slot == 1 or len(written) <= need:
+            return make_candidates(space, task.args, list(written.values())[:need])
         from ..search.rankers import WorldRanker
-        order = np.argsort(-WorldRanker(space, task).score(cands), kind="stable")
+        ranker = WorldRanker(space, task)
+        cands = make_candidates(space, task.args, list(written.values()), features=ranker.reads_features)
+        order = np.argsort(-ranker.score(cands), kind="stable")
         top = max(need - self.cfg.explore, 0)
         rest = [int(i) for i in order[top:]]
         rng = np.random.default_rng([self.cfg.seed, rnd, len(seen)])

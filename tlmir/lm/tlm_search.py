@@ -66,6 +66,7 @@ class TLMSearch(RandomSearch):
         self.greedy = (Generator(net, tok, space.hw, Sampling(temperature=0.0), seed, quality)
                        if greedy_first else None)
         self.ranker = WorldRanker(space, task, seed) if ranked else None
+        self.lowers_features = self.ranker is not None and self.ranker.reads_features
         self.measured: list[tuple[Candidate, float]] = []  # ranked: (candidate, throughput), to fine-tune
         self.logprob: dict[str, float] = {}  # candidate key -> the model's log-likelihood of its answers
         self.pool_size = pool_size  # ranked: programs written per round (None: per slot, as above)
@@ -150,7 +151,7 @@ class TLMSearch(RandomSearch):
                     chosen.setdefault(key, g)
         picked = list(chosen.values())
         cands = make_candidates(self.space, self.args, [(g.schedule, g.trace) for g in picked],
-                                features=self.ranker is not None and self.ranker.reads_features)
+                                self.lowers_features)
         for cand, g in zip(cands, picked):
             self.logprob.setdefault(cand.key, g.logprob)
         return {c.key: c for c in cands}

@@ -50,6 +50,14 @@ def cached_evaluator(name: str = DEFAULT_EVALUATOR):
         return _EVALUATORS[path]
 
 
+def candidate_features(cand, hw) -> np.ndarray | None:
+    """The cost model's features of a candidate that lowers: those its lowering brought
+    along (parallel_lower), else computed here; None if it does not lower."""
+    if not cand.lowered:
+        return None
+    return cand.features if cand.features is not None else program_features(cand.func, hw)
+
+
 class MLPRanker:
     name = "mlp"
     reads_features = True  # program_features of each candidate (lowering may bring them along)
@@ -63,8 +71,7 @@ class MLPRanker:
         rows = []
         for c in cands:
             if c.key not in self._feat:
-                self._feat[c.key] = (None if not c.lowered else c.features if c.features is not None
-                                     else program_features(c.func, self.space.hw))
+                self._feat[c.key] = candidate_features(c, self.space.hw)
             rows.append(self._feat[c.key])
         dim = next((r.shape[0] for r in rows if r is not None), 1)
         return np.stack([r if r is not None else np.zeros(dim, np.float32) for r in rows])
@@ -103,9 +110,7 @@ class WorldRanker:
         from ..lm.language import trace_to_sentence
         from .world_train import Program
         if cand.key not in self._programs:
-            feats = None
-            if self.ev.reads_features and cand.lowered:
-                feats = cand.features if cand.features is not None else program_features(cand.func, self.space.hw)
+            feats = candidate_features(cand, self.space.hw) if self.ev.reads_features else None
             self._programs[cand.key] = Program(self.task.key, trace_to_sentence(self.task, self.space.hw, cand.trace),
                                                None, feats)
         return self._programs[cand.key]
