@@ -5,9 +5,10 @@
         --out runs/demos-evo.jsonl
     tlmir train sft --data runs/demos-evo.jsonl --model base --out runs/tlm-evo
 
-With `--base FILE --update ARCHIVE`, FILE's demonstrations are kept but for the tasks
-ARCHIVE has records of, which are recomputed (e.g. the shipped model's demonstrations with
-the tasks a new search covered brought up to date).
+With `--base FILE --update ARCHIVE`, FILE's demonstrations are kept but for this host's
+rows of the tasks ARCHIVE has records of, which are recomputed (e.g. the shipped model's
+demonstrations with the tasks a new search covered brought up to date; another host's
+rows of those tasks stay).
 
 The rule is the iterate run's own (`tlmir.lm.iterate.best_demonstrations`): per task, the
 fastest verified program measured on this host, plus each other sketch's fastest within
@@ -33,6 +34,7 @@ def main() -> None:
     p.add_argument("--archive-of-iterate", default="data/iterate")
     a = p.parse_args()
     from tlmir.lm.iterate import best_demonstrations, running_tasks
+    from tlmir.lm.language import hw_prompt
     from tlmir.runtime.records import read_records
     from tlmir.runtime.target import host_hardware
     from tlmir.workloads import split_tasks
@@ -43,8 +45,9 @@ def main() -> None:
     kept = []
     if a.base:
         updated = {r.task_key for r in read_records(a.update)}
+        host = " " + " ".join(hw_prompt(host_hardware())) + " "
         with open(a.base) as fh:
-            kept = [d for d in map(json.loads, fh) if d["key"] not in updated]
+            kept = [d for d in map(json.loads, fh) if d["key"] not in updated or host not in d["sentence"]]
         tasks = {k: t for k, t in tasks.items() if k in updated}
     demos = kept + best_demonstrations(records, tasks, host_hardware(), a.slack)
     with open(a.out, "w") as fh:

@@ -13,6 +13,9 @@ Spearman correlation of score and throughput beside it. Rankers:
 - likelihood: the TLM's log-likelihood of the program's answers (sum, and mean per
   answer token): does the fine-tuned model know which of its programs are good?
 - world+likelihood: the sum of the two rank orders;
+- world, sketch first: the evaluator's best of every sketch first (sketches in the order of
+  their best score), then the rest by score: a hedge against a ranker that prefers one
+  sketch whose ceiling is lower;
 - random: the expected value over random orders (k / n of the sample's best... estimated
   by 200 shuffles).
 """
@@ -38,6 +41,17 @@ def answer_logprobs(model_name: str, sentences: list[str]) -> tuple[np.ndarray, 
     model, tok, _ = cached_model(model_name)
     per = answer_nll_per_sentence(model, tok, sentences, batch_size=64)
     return np.array([-t for t, _ in per]), np.array([-t / max(n, 1) for t, n in per])
+
+
+def sketch_first(scores: np.ndarray, sketches: list[int]) -> np.ndarray:
+    """Scores that order each sketch's best-scored program first, then the rest by `scores`."""
+    order = np.argsort(-scores, kind="stable")
+    seen: set[int] = set()
+    leaders = [i for i in order if not (sketches[i] in seen or seen.add(sketches[i]))]
+    rest = [i for i in order if i not in set(leaders)]
+    out = np.empty(len(scores))
+    out[leaders + rest] = -np.arange(len(scores), dtype=float)
+    return out
 
 
 def pick_ratio(scores: np.ndarray, thr: np.ndarray, k: int) -> float:
@@ -82,6 +96,8 @@ def main() -> None:
         first = next(iter(evaluators))
         rank = lambda s: np.argsort(np.argsort(s))  # noqa: E731
         rankers[f"{first}+likelihood"] = rank(rankers[first]) + rank(tot)
+        sketches = [int(q.sentence.split(" sketch ", 1)[1].split()[0]) for q in progs]
+        rankers[f"{first}, sketch first"] = sketch_first(rankers[first], sketches)
         for name, s in rankers.items():
             for k in a.k:
                 results.setdefault(name, {}).setdefault(k, []).append(pick_ratio(s, thr, k))
