@@ -172,14 +172,21 @@ CONFIRM = "confirm"  # strategy of the re-measurements with which tune chooses i
 def confirmed_times(records: list[Record]) -> dict[str, list[float]]:
     """trace -> its re-measured times, from the confirmation records that follow the last
     search record (empty when the records end in search measurements: a search that went on
-    after a confirmation may have found something faster)."""
+    after a confirmation may have found something faster). Re-timings that are scheduler-tick
+    artefacts against the fastest search record (`tick_artefact`: another job ran beside the
+    confirmation) are left out, and a trace with none left with them."""
     out: dict[str, list[float]] = {}
     for r in records:
         if r.strategy != CONFIRM:
             out = {}
         elif r.ok:
             out.setdefault(r.trace, []).append(r.best)
-    return out
+    searched = [r.best for r in records if r.ok and r.strategy != CONFIRM]
+    if not searched:
+        return out
+    fastest = min(searched)
+    clean = {t: [s for s in times if not tick_artefact(s, fastest)] for t, times in out.items()}
+    return {t: times for t, times in clean.items() if times}
 
 
 def best_of(records: list[Record]) -> tuple[str, float] | None:
