@@ -48,7 +48,8 @@ def sketch_first(scores: np.ndarray, sketches: list[int]) -> np.ndarray:
     order = np.argsort(-scores, kind="stable")
     seen: set[int] = set()
     leaders = [i for i in order if not (sketches[i] in seen or seen.add(sketches[i]))]
-    rest = [i for i in order if i not in set(leaders)]
+    led = set(leaders)
+    rest = [i for i in order if i not in led]
     out = np.empty(len(scores))
     out[leaders + rest] = -np.arange(len(scores), dtype=float)
     return out
@@ -68,6 +69,7 @@ def main() -> None:
     p.add_argument("--k", nargs="+", type=int, default=[2, 10])
     a = p.parse_args()
 
+    from tlmir.lm.language import sentence_to_trace
     from tlmir.runtime.records import read_records
     from tlmir.search.rankers import cached_evaluator
     from tlmir.search.world_train import programs_from_records
@@ -96,7 +98,7 @@ def main() -> None:
         first = next(iter(evaluators))
         rank = lambda s: np.argsort(np.argsort(s))  # noqa: E731
         rankers[f"{first}+likelihood"] = rank(rankers[first]) + rank(tot)
-        sketches = [int(q.sentence.split(" sketch ", 1)[1].split()[0]) for q in progs]
+        sketches = [sentence_to_trace(q.sentence).sketch for q in progs]
         rankers[f"{first}, sketch first"] = sketch_first(rankers[first], sketches)
         for name, s in rankers.items():
             for k in a.k:

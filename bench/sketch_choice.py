@@ -14,18 +14,6 @@ the tiles.
 from __future__ import annotations
 
 import argparse
-import json
-
-
-def best_by_sketch(records) -> dict[str, dict[int, float]]:
-    """task name -> sketch id -> fastest verified seconds."""
-    out: dict[str, dict[int, float]] = {}
-    for r in records:
-        if r.ok:
-            sketch = json.loads(r.trace)["sketch"]
-            per = out.setdefault(r.task_name, {})
-            per[sketch] = min(per.get(sketch, r.best), r.best)
-    return out
 
 
 def main() -> None:
@@ -34,21 +22,24 @@ def main() -> None:
     p.add_argument("--runs", nargs="+", required=True, help="record archives of the short searches")
     p.add_argument("--min-ref", type=int, default=900, help="tasks the reference measured at least this often")
     a = p.parse_args()
+    from tlmir.lm.iterate import fastest_by_sketch
     from tlmir.runtime.records import read_records
     ref_records = read_records(a.ref)
     counts: dict[str, int] = {}
     for r in ref_records:
-        counts[r.task_name] = counts.get(r.task_name, 0) + r.ok
-    ref = best_by_sketch(ref_records)
-    runs = best_by_sketch(read_records(a.runs))
+        counts[r.task_key] = counts.get(r.task_key, 0) + r.ok
+    ref = fastest_by_sketch(ref_records)
+    runs = fastest_by_sketch(read_records(a.runs))
     print(f"{'task':<52} {'reference: sketch best / overall best':<40} run: sketch, fraction")
-    for name in sorted(ref):
-        if counts[name] < a.min_ref or name not in runs or len(ref[name]) < 2:
+    rows = []
+    for key, per_sketch in ref.items():
+        if counts[key] < a.min_ref or key not in runs or len(per_sketch) < 2:
             continue
-        top = min(ref[name].values())
-        cells = " ".join(f"{s}:{top / t:.2f}" for s, t in sorted(ref[name].items()))
-        sketch, seconds = min(runs[name].items(), key=lambda kv: kv[1])
-        print(f"{name:<52} {cells:<40} {sketch}, {top / seconds:.2f}")
+        top = min(r.best for r in per_sketch.values())
+        cells = " ".join(f"{s}:{top / r.best:.2f}" for s, r in sorted(per_sketch.items()))
+        sketch, run_best = min(runs[key].items(), key=lambda kv: kv[1].best)
+        rows.append(f"{run_best.task_name:<52} {cells:<40} {sketch}, {top / run_best.best:.2f}")
+    print("\n".join(sorted(rows)))
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import TlmirError
-from ..runtime.records import RecordDB, export_jsonl, import_jsonl
+from ..runtime.records import Record, RecordDB, export_jsonl, import_jsonl
 from ..runtime.run_lock import run_lock
 from ..runtime.target import HardwareParams, SearchParams, host_hardware
 from ..runtime.task import task_type
@@ -85,23 +85,29 @@ class IterateConfig:
                                # another CPU class's, so the model keeps what it knew of that class
 
 
+def fastest_by_sketch(records) -> dict[str, dict[int, Record]]:
+    """task key -> sketch id -> the fastest verified record of that sketch."""
+    best: dict[str, dict[int, Record]] = {}
+    for rec in records:
+        if rec.ok:
+            per_sketch = best.setdefault(rec.task_key, {})
+            sketch = json.loads(rec.trace)["sketch"]
+            if sketch not in per_sketch or rec.best < per_sketch[sketch].best:
+                per_sketch[sketch] = rec
+    return best
+
+
 def best_demonstrations(records, tasks: dict, hw: HardwareParams, slack: float) -> list[dict]:
     """Per task of `tasks` (key -> Task), in that order: the fastest verified program of the
     records measured on `hw`, plus each other sketch's fastest within `slack` x of it, as
     {key, task, sentence, seconds} rows (what `tlmir train sft --data` reads)."""
-    best: dict[str, dict[int, tuple[float, str]]] = {}
-    for rec in records:
-        if rec.ok and rec.hw_key == hw.key and rec.task_key in tasks:
-            per_sketch = best.setdefault(rec.task_key, {})
-            sketch = json.loads(rec.trace)["sketch"]
-            if sketch not in per_sketch or rec.best < per_sketch[sketch][0]:
-                per_sketch[sketch] = (rec.best, rec.trace)
+    best = fastest_by_sketch(r for r in records if r.hw_key == hw.key and r.task_key in tasks)
     out = []
     for key, task in tasks.items():
         if key not in best:
             continue
-        top = min(s for s, _ in best[key].values())
-        for s, trace in sorted(best[key].values()):
+        top = min(r.best for r in best[key].values())
+        for s, trace in sorted((r.best, r.trace) for r in best[key].values()):
             if s <= top * slack:
                 out.append({"key": key, "task": task.name, "seconds": s,
                             "sentence": trace_to_sentence(task, hw, Trace.from_json(trace))})
