@@ -5,7 +5,7 @@ import statistics
 import pytest
 
 from tlmir import ops
-from tlmir.runtime.records import CONFIRM, Record, RecordDB, best_of, confirmed_times
+from tlmir.runtime.records import CONFIRM, Record, RecordDB, best_of, confirmed_best, confirmed_times
 from tlmir.runtime.target import SearchParams
 from tlmir.runtime.task import Task
 from tlmir.search.tune import tune
@@ -25,6 +25,8 @@ def test_best_of_takes_the_lowest_median_of_a_confirmation_that_ends_the_records
     confirm = [_rec(3, 0.9, CONFIRM), _rec(1, 0.8, CONFIRM), _rec(3, 0.7, CONFIRM),
                _rec(1, 0.85, CONFIRM), _rec(3, 1.2, CONFIRM), _rec(1, 0.75, CONFIRM)]
     assert best_of(recs + confirm) == (recs[0].trace, pytest.approx(0.8))  # 0.8 < median 0.9
+    assert confirmed_best(recs + confirm) == best_of(recs + confirm)
+    assert confirmed_best(recs) is None
     # the search went on after the confirmation: its times are not comparable any more
     assert best_of(recs + confirm + [_rec(4, 0.95)]) == (recs[2].trace, 0.5)
     assert confirmed_times(recs + confirm + [_rec(4, 0.95)]) == {}

@@ -189,12 +189,21 @@ def confirmed_times(records: list[Record]) -> dict[str, list[float]]:
     return {t: times for t, times in clean.items() if times}
 
 
+def confirmed_best(records: list[Record]) -> tuple[str, float] | None:
+    """(trace, median seconds) of the program whose re-measurements have the lowest median,
+    when a confirmation ends one task's `records`; None when none does."""
+    confirmed = confirmed_times(records)
+    if not confirmed:
+        return None
+    return min(((t, statistics.median(v)) for t, v in confirmed.items()), key=lambda x: x[1])
+
+
 def best_of(records: list[Record]) -> tuple[str, float] | None:
     """(trace, seconds) of the best program in one task's `records` (insertion order): the
-    lowest median re-measured time when a confirmation ends them, else the fastest record."""
-    confirmed = confirmed_times(records)
+    confirmed best when a confirmation ends them, else the fastest record."""
+    confirmed = confirmed_best(records)
     if confirmed:
-        return min(((t, statistics.median(v)) for t, v in confirmed.items()), key=lambda x: x[1])
+        return confirmed
     ok = [r for r in records if r.ok and r.strategy != CONFIRM]
     if not ok:
         return None

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..errors import TlmirError
-from ..runtime.records import CONFIRM, Record, RecordDB, best_of, confirmed_times
+from ..runtime.records import CONFIRM, Record, RecordDB, confirmed_best
 from ..runtime.target import HardwareParams, SearchParams, host_hardware, parse_target
 from ..runtime.task import Task
 from ..schedule.decider import ReplayDecider, Trace
@@ -161,10 +161,11 @@ class TaskTuner:
         r.curve.append((r.measurements, r.best_seconds))
 
     def _take_confirmed(self, records: list[Record]) -> None:
-        """Make the confirmed best (records.best_of) the result, if a confirmation with a
-        successful re-measurement ends `records`."""
-        if confirmed_times(records):
-            trace, seconds = best_of(records)
+        """Make the confirmed best the result, if a confirmation with a successful
+        re-measurement ends `records`."""
+        confirmed = confirmed_best(records)
+        if confirmed:
+            trace, seconds = confirmed
             self.result.best_trace, self.result.best_seconds = Trace.from_json(trace), seconds
             self.result.confirmed = True
 
