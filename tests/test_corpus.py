@@ -57,7 +57,8 @@ def test_a_killed_run_draws_only_the_missing_shards_and_the_same_sentences(corpu
             (again / name).write_bytes((corpus / name).read_bytes())
     lost = corpus_shards(str(again))[1]
     os.remove(lost)
-    with open(lost + ".tmp123", "w") as fh:  # a shard in flight when the run was killed
+    torn = os.path.join(str(again), "." + os.path.basename(lost) + ".k3x9.tmp")
+    with open(torn, "w") as fh:  # a shard in flight when the run was killed (atomic_write's name)
         fh.write("torn")
     assert _sample(again) == len(_lines(os.path.join(corpus, os.path.basename(lost))))
     assert _lines(lost) == _lines(os.path.join(corpus, os.path.basename(lost)))

@@ -233,7 +233,7 @@ class Evaluation:
             raise TlmirError(f"{path} is unreadable: {e}") from None
 
     def _save_wall(self, db_name: str) -> None:
-        from .lm.checkpoint import atomic_write_text
+        from .runtime.files import atomic_write_text
         atomic_write_text(self._wall_path(db_name), json.dumps(self.wall[db_name], indent=1) + "\n")
 
     # ------------------------------------------------------------------ archive
@@ -256,7 +256,7 @@ class Evaluation:
 
     def _save_archive(self, db_name: str, db: RecordDB) -> None:
         from .runtime.records import export_jsonl
-        from .lm.checkpoint import atomic_write
+        from .runtime.files import atomic_write
         records, wall = self._archived(db_name)
         export_jsonl(db, records)
         atomic_write(wall, lambda tmp: shutil.copyfile(self._wall_path(db_name), tmp))
@@ -363,7 +363,7 @@ class Evaluation:
             self.log(f"[report] {task.name}: " + ", ".join(
                 f"{k} {task.flops / v / 1e9:.1f}" for k, v in row["seconds"].items()) + " GFLOP/s")
         rep = self.summarize(rows, threads)
-        from .lm.checkpoint import atomic_write_text
+        from .runtime.files import atomic_write_text
         atomic_write_text(os.path.join(self.out, "report.json"), json.dumps(rep, indent=1) + "\n")
         atomic_write_text(os.path.join(self.out, "report.md"), markdown(rep))
         return rep
@@ -514,7 +514,7 @@ def _network_reports(out: str) -> list[dict]:
 
 
 def _save_network_reports(out: str, reports: list[dict]) -> None:
-    from .lm.checkpoint import atomic_write_text
+    from .runtime.files import atomic_write_text
     atomic_write_text(os.path.join(out, NETWORKS_FILE), json.dumps(reports, indent=1) + "\n")
 
 

@@ -18,12 +18,12 @@ import dataclasses
 import hashlib
 import json
 import os
-import tempfile
 
 import torch
 from safetensors.torch import load_file, save_file
 
 from ..errors import ModelError
+from ..runtime.files import atomic_write, atomic_write_text
 from .model import GPT, GPTConfig
 
 FORMAT = "tlmir-gpt"
@@ -40,45 +40,6 @@ def sha256_file(path: str) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
-
-
-def _fsync_dir(directory: str) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: str, write) -> None:
-    """Call write(tmp_path) for a temporary file next to `path`, fsync it, rename it over `path`."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    _fsync_dir(directory)
-
-
-def atomic_write_text(path: str, text: str) -> None:
-    def write(tmp):
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-    atomic_write(path, write)
 
 
 def model_tensors(model: GPT) -> dict[str, torch.Tensor]:

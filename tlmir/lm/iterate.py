@@ -54,7 +54,8 @@ from ..schedule.space import SearchSpace
 from ..search.measurer import Measurer
 from ..search.strategy import make_candidates
 from ..search.tune import measure_candidate
-from .checkpoint import atomic_write_text, read_config
+from ..runtime.files import atomic_write, atomic_write_text
+from .checkpoint import read_config
 from .language import hw_prompt, trace_to_sentence
 
 STRATEGY = "iterate"
@@ -531,8 +532,8 @@ class Iteration:
         repository: measurements cost hours, a new machine resumes from them)."""
         os.makedirs(self.archive, exist_ok=True)
         n = export_jsonl(self.db, os.path.join(self.archive, ARCHIVE_RECORDS))
-        shutil.copyfile(os.path.join(self.out, PROGRESS), os.path.join(self.archive, PROGRESS + ".tmp"))
-        os.replace(os.path.join(self.archive, PROGRESS + ".tmp"), os.path.join(self.archive, PROGRESS))
+        atomic_write(os.path.join(self.archive, PROGRESS),
+                     lambda tmp: shutil.copyfile(os.path.join(self.out, PROGRESS), tmp))
         self.log(f"[iterate] archived {n} measurements and the progress to {self.archive}")
 
     def _restore(self) -> None:
@@ -548,8 +549,6 @@ class Iteration:
     def _plot(self) -> None:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
-
-        from .checkpoint import atomic_write
         curve = self.progress["curve"]
         fig = Figure(figsize=(6.5, 4), dpi=110)
         FigureCanvasAgg(fig)

@@ -90,5 +90,5 @@ def tier_counts(rows: Sequence[dict], bounds: Sequence[float] = DEFAULT_BOUNDS) 
 
 
 def write_rows(rows: Sequence[dict], path: str) -> None:
-    from .checkpoint import atomic_write_text
+    from ..runtime.files import atomic_write_text
     atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in rows))

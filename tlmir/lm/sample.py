@@ -27,6 +27,7 @@ import random
 from typing import Callable, Iterator, Sequence
 
 from ..errors import TlmirError
+from ..runtime.files import atomic_write, atomic_write_text
 from ..runtime.target import HardwareParams, gpu_variants, hardware_variants, host_hardware
 
 MANIFEST = "corpus.json"
@@ -83,11 +84,10 @@ def _draw_shard(args: tuple) -> tuple[int, int]:
         task_seed = int(hashlib.sha1(f"{seed}:{key}".encode()).hexdigest()[:12], 16)
         hws = _task_hardware(random.Random(task_seed), host, hw_per_task)
         lines += [json.dumps(r) + "\n" for r in task_sentences(task, per_task, task_seed, hws)]
-    path = _shard_path(out_dir, index)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with gzip.open(tmp, "wt", compresslevel=6) as fh:
-        fh.writelines(lines)
-    os.replace(tmp, path)
+    def write(tmp: str) -> None:
+        with gzip.open(tmp, "wt", compresslevel=6) as fh:
+            fh.writelines(lines)
+    atomic_write(_shard_path(out_dir, index), write)
     return index, len(lines)
 
 
@@ -106,9 +106,7 @@ def _manifest(out_dir: str, params: dict) -> None:
                              f"resume it with the same parameters or use another directory")
         return
     os.makedirs(out_dir, exist_ok=True)
-    with open(path + ".tmp", "w") as fh:
-        json.dump(params, fh, indent=1)
-    os.replace(path + ".tmp", path)
+    atomic_write_text(path, json.dumps(params, indent=1))
 
 
 def sample_corpus(split: str, out_dir: str, per_task: int = 600, hw_per_task: int = 8,
@@ -128,7 +126,7 @@ def sample_corpus(split: str, out_dir: str, per_task: int = 600, hw_per_task: in
               "per_task": per_task, "hw_per_task": hw_per_task, "shard_tasks": shard_tasks,
               "seed": seed, "host": host.key}
     _manifest(out_dir, params)
-    for stale in glob.glob(os.path.join(out_dir, "shard-*.tmp*")):
+    for stale in glob.glob(os.path.join(out_dir, ".shard-*.tmp")):  # a killed writer's (atomic_write)
         os.remove(stale)
     todo = [(out_dir, i, split, ks, per_task, hw_per_task, seed, host)
             for i, ks in enumerate(shards) if not os.path.exists(_shard_path(out_dir, i))]
@@ -211,7 +209,8 @@ def encode_corpus(path: str, tok, log: Callable[[str], None] = print):
     ids = ids.astype(np.uint16 if tok.vocab_size <= 65535 else np.int32)
     where = np.array([_key_fraction(r["key"]) for r in records], np.float32)
     if cache:
-        tmp = cache + ".tmp.npz"
-        np.savez(tmp, ids=ids, offsets=offsets, where=where, shards=len(corpus_shards(path)))
-        os.replace(tmp, cache)
+        def write(tmp: str) -> None:
+            with open(tmp, "wb") as fh:  # a file object: savez would append .npz to a name
+                np.savez(fh, ids=ids, offsets=offsets, where=where, shards=len(corpus_shards(path)))
+        atomic_write(cache, write)
     return Packed(ids, offsets), where

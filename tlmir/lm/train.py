@@ -34,8 +34,9 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 
 from ..errors import ModelError
-from .checkpoint import (CONFIG, atomic_write, atomic_write_text, load_checkpoint, load_training_state,
-                         read_config, save_checkpoint, sha256_file, training_state)
+from ..runtime.files import atomic_write, atomic_write_text
+from .checkpoint import (CONFIG, load_checkpoint, load_training_state, read_config, save_checkpoint, sha256_file,
+                         training_state)
 from .model import GPT, GPTConfig
 
 TRAIN_STATE = "train_state.safetensors"

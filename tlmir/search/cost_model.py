@@ -24,6 +24,7 @@ import time
 import numpy as np
 
 from .. import errors
+from ..runtime.files import atomic_write
 
 FORMAT_VERSION = 1
 _CLIP = 8.0  # standardised features are clipped to +-_CLIP (programs unlike the training set)
@@ -201,15 +202,10 @@ class CostModel:
             arrays["mean"], arrays["std"] = self.mean, self.std
             for k, p in enumerate(self.params):
                 arrays[f"p{k}"] = p
-        path = os.fspath(path)
-        tmp = f"{path}.tmp{os.getpid()}"
-        try:
-            with open(tmp, "wb") as fh:
+        def write(tmp: str) -> None:
+            with open(tmp, "wb") as fh:  # a file object: savez would append .npz to a name
                 np.savez(fh, **arrays)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
+        atomic_write(os.fspath(path), write)
 
     @classmethod
     def load(cls, path) -> "CostModel":

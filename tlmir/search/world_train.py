@@ -30,7 +30,8 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import ModelError, TlmirError
-from ..lm.checkpoint import atomic_write, atomic_write_text, sha256_file
+from ..lm.checkpoint import sha256_file
+from ..runtime.files import atomic_write, atomic_write_text
 from ..lm.language import trace_to_sentence
 from ..lm.tokenizer import Tokenizer
 from ..runtime.records import Record, drop_tick_artefacts, read_records
