@@ -52,8 +52,8 @@ def import_graph() -> dict[str, set[str]]:
 # tlmir.lm (the package's __init__) is in that layer too, since importing lm.language runs it.
 LAYERS: list[tuple[str, list[str]]] = [
     ("core", ["tlmir.errors", "tlmir.te", "tlmir.ir.*"]),
-    ("data", ["tlmir.ops.*", "tlmir.runtime", "tlmir.runtime.target", "tlmir.runtime.gpu", "tlmir.runtime.task",
-              "tlmir.workloads.*", "tlmir.zoo.*"]),
+    ("data", ["tlmir.ops.*", "tlmir.runtime", "tlmir.runtime.files", "tlmir.runtime.target", "tlmir.runtime.gpu",
+              "tlmir.runtime.task", "tlmir.workloads.*", "tlmir.zoo.*"]),
     ("schedule", ["tlmir.schedule.*"]),
     ("language", ["tlmir.lm", "tlmir.lm.language", "tlmir.lm.tokenizer", "tlmir.lm.model",
                   "tlmir.lm.checkpoint"]),
