@@ -37,7 +37,9 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from pool_rankers import pick_ratio  # noqa: E402  (bench/ is this script's directory)
 from tlmir.argtypes import stale_rule  # noqa: E402
+from tlmir.runtime.files import atomic_write  # noqa: E402
 from tlmir.search import world_train as wt  # noqa: E402
 
 TRAIN = ["data/iterate/records.jsonl.xz", "data/search-train/evolutionary.jsonl.xz",
@@ -64,9 +66,10 @@ def programs(cache: str | None) -> dict:
         out[name] = wt.programs_from_records(drop_tick_artefacts(read_records([path])), held)
     out["pool"] = wt.programs_from_records([r for r in read_records([POOL]) if r.strategy == "pool-random"], held)
     if cache:
-        with open(cache + ".tmp", "wb") as f:
-            pickle.dump(out, f)
-        os.replace(cache + ".tmp", cache)
+        def write(tmp: str) -> None:
+            with open(tmp, "wb") as f:
+                pickle.dump(out, f)
+        atomic_write(cache, write)
     return out
 
 
@@ -91,9 +94,8 @@ def pool_picks(progs: list, scores: np.ndarray) -> dict:
         thr = np.array([1.0 / progs[i].seconds if progs[i].seconds else 0.0 for i in ix])
         if len(ix) < 12 or thr.max() <= 0:
             continue
-        order = np.argsort(-scores[ix], kind="stable")
-        r1.append(thr[order[0]] / thr.max())
-        r10.append(thr[order[:10]].max() / thr.max())
+        r1.append(pick_ratio(scores[ix], thr, 1))
+        r10.append(pick_ratio(scores[ix], thr, 10))
     gmean = lambda v: float(np.exp(np.mean(np.log(np.maximum(v, 1e-6)))))  # noqa: E731
     return {"pool_top1": round(gmean(r1), 3), "pool_top10": round(gmean(r10), 3), "pool_tasks": len(r1)}
 

@@ -265,7 +265,7 @@ def existing_file(path: str, option: str) -> str:
 
 
 def cmd_show_db(args) -> None:
-    from .runtime.records import RecordDB, best_of, confirmed_best
+    from .runtime.records import RecordDB, confirmed_best, fastest_record
     from .schedule.decider import Trace
     existing_file(args.db, "--db")
     with RecordDB(args.db) as db:
@@ -278,7 +278,7 @@ def cmd_show_db(args) -> None:
                 continue
             records = db.records(task_key, hw_key)
             confirmed = confirmed_best(records)
-            trace, seconds = confirmed or best_of(records)
+            trace, seconds = confirmed or fastest_record(records)
             how = "median of its re-measurements" if confirmed else "fastest record"
             print(f"# {name} (key {task_key}, {hw_key}): best {seconds * 1e3:.4f} ms ({how}) of {n} records")
             print(f"trace: {Trace.from_json(trace)}")
