@@ -9,6 +9,8 @@ import ctypes
 import ctypes.util
 import functools
 import os
+import shutil
+import tempfile
 
 import llvmlite.binding as llvm
 
@@ -32,18 +34,51 @@ def _register(lib: ctypes.CDLL, names: tuple[str, ...]) -> None:
         llvm.add_symbol(n, ctypes.cast(getattr(lib, n), ctypes.c_void_p).value)
 
 
+def _loaded_gomp() -> str | None:
+    """The file of a libgomp already mapped into this process (torch's, say), or None."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                fields = line.split(maxsplit=5)
+                if len(fields) == 6 and os.path.basename(fields[5].strip()).startswith("libgomp"):
+                    return fields[5].strip()
+    except OSError:
+        pass
+    return None
+
+
+def _private_gomp(path: str) -> ctypes.CDLL | None:
+    """A second libgomp, loaded from a copy of `path`: the loader maps a file it has not
+    seen as a library of its own, with its own thread pool and its own reading of the
+    environment. The copy is deleted once mapped."""
+    directory = tempfile.mkdtemp(prefix="tlmir-gomp-")
+    try:
+        copy = os.path.join(directory, "libgomp-tlmir.so.1")
+        shutil.copyfile(path, copy)
+        return ctypes.CDLL(copy)
+    except OSError:
+        return None
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 @functools.cache
 def _gomp() -> ctypes.CDLL | None:
     """libgomp with its entry points registered, or None (parallel loops then run serially).
 
-    It is loaded with OMP_WAIT_POLICY unset whatever the process's setting (libgomp reads
-    it once, when it loads): `tlmir tune | eval | iterate` set PASSIVE for torch's own
-    OpenMP runtime (a separate library), and under PASSIVE every parallel kernel call
-    waited for sleeping threads to wake: 34 -> 172 us for a softmax, 10 -> 86 us for a
-    layernorm at 2 threads on this machine."""
+    Kernels run under libgomp's default wait policy, as the measuring worker timed them:
+    `tlmir tune | eval | iterate` and the demo set OMP_WAIT_POLICY=PASSIVE for torch's
+    OpenMP, and under PASSIVE every parallel kernel call waited for sleeping threads to
+    wake (34 -> 172 us for a softmax, 10 -> 86 us for a layernorm, 20 -> 106 us for
+    ResNet's 1024x14x14 add+ReLU, at 2 threads). libgomp reads the policy once, when it
+    loads, so it is loaded with OMP_WAIT_POLICY unset; and where the process set a policy
+    and a libgomp is loaded already (torch's wheel ships one, which the loader would hand
+    back by its name), kernels get a private copy. With no policy set they share the
+    loaded one, as a model compiled beside torch should: one thread pool, not two."""
     saved = os.environ.pop("OMP_WAIT_POLICY", None)
     try:
-        lib = _open("gomp", "libgomp.so.1")
+        loaded = _loaded_gomp() if saved is not None else None
+        lib = (_private_gomp(loaded) if loaded else None) or _open("gomp", "libgomp.so.1")
     finally:
         if saved is not None:
             os.environ["OMP_WAIT_POLICY"] = saved
