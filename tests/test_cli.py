@@ -73,3 +73,14 @@ def test_show_best_prints_the_program_the_cpu_backend_compiles(capsys, tmp_path)
     lowered, compiled = out.split("# lowered\n")[1].split("# compiled by the CPU backend")
     assert "W.pack" in lowered and "prefetch(W[" not in lowered
     assert "prefetch(W[" in compiled
+
+
+def test_shape_of_an_elementwise_op_is_its_tensor_shape():
+    """`--op add_relu --shape 1,1024,14,14` is ResNet's residual add, not four parameters."""
+    import argparse
+
+    from tlmir.argtypes import op_from_args
+    op = op_from_args(argparse.Namespace(op="add_relu", shape="1,64,7,7", param=None))
+    assert op.params["shape"] == (1, 64, 7, 7)
+    assert op_from_args(argparse.Namespace(op="matmul", shape="8,16,32", param=None)).params == \
+        {"M": 8, "N": 16, "K": 32}

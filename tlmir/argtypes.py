@@ -111,7 +111,8 @@ def stale_rule(text: str) -> tuple[str, float]:
 
 def op_args(p) -> None:
     p.add_argument("--op", help="op name from tlmir.ops (e.g. matmul)")
-    p.add_argument("--shape", help="comma-separated positional shape parameters, e.g. 1024,1024,1024")
+    p.add_argument("--shape", help="comma-separated positional shape parameters, e.g. 1024,1024,1024 "
+                   "(an element-wise op's tensor shape, e.g. 1,1024,14,14)")
     p.add_argument("--param", action="append", help="extra op parameter NAME=VALUE (repeatable)")
 
 
@@ -128,9 +129,12 @@ def op_from_args(args):
             vals = [int(v) for v in args.shape.split(",")]
         except ValueError:
             raise ArgumentError(f"--shape {args.shape!r}: give comma-separated integers, e.g. 64,64,64") from None
-        if len(vals) > len(names):
+        if names[:1] == ["shape"]:  # element-wise ops: the values are the tensor's shape
+            params["shape"] = tuple(vals)
+        elif len(vals) > len(names):
             raise TlmirError(f"--shape gives {len(vals)} values but {args.op} takes {names}")
-        params.update(zip(names, vals))
+        else:
+            params.update(zip(names, vals))
     for kv in args.param or []:
         k, eq, v = kv.partition("=")
         if not eq or not k:
