@@ -484,21 +484,30 @@ def test_division_by_lane_invariant_value_is_a_reciprocal_multiply():
     np.testing.assert_allclose(out, a / s[:, None], rtol=1e-6)
 
 
+def _openmp_run(code: str, policy: str | None) -> tuple[str, list[str]]:
+    """`code` run in a fresh interpreter under OMP_WAIT_POLICY=`policy` (unset: None) with
+    OMP_DISPLAY_ENV=verbose: its stdout and the GOMP_SPINCOUNT line of each libgomp that
+    loaded, in load order."""
+    import subprocess
+    import sys
+    env = dict(os.environ, OMP_DISPLAY_ENV="verbose")
+    env.pop("OMP_WAIT_POLICY", None)
+    if policy:
+        env["OMP_WAIT_POLICY"] = policy
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout, [line for line in (out.stdout + out.stderr).splitlines() if "GOMP_SPINCOUNT" in line]
+
+
 @pytest.mark.skipif(not have_openmp(), reason="libgomp not available")
 def test_kernels_openmp_ignores_a_passive_wait_policy():
     """`tlmir tune | eval | iterate` set OMP_WAIT_POLICY=PASSIVE for torch; tlmir's libgomp
     loads without it (its threads may spin before sleeping: GOMP_SPINCOUNT stays at its
     default, where PASSIVE makes it 0 and every kernel call waits for threads to wake)."""
-    import subprocess
-    import sys
-    code = ("import os; from tlmir.codegen_cpu import have_openmp; have_openmp(); "
-            "print('policy', os.environ['OMP_WAIT_POLICY'])")
-    env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE", OMP_DISPLAY_ENV="verbose")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert "policy PASSIVE" in out.stdout          # the process's own setting is restored
-    spin = [line for line in (out.stdout + out.stderr).splitlines() if "GOMP_SPINCOUNT" in line]
+    stdout, spin = _openmp_run("import os; from tlmir.codegen_cpu import have_openmp; have_openmp(); "
+                               "print('policy', os.environ['OMP_WAIT_POLICY'])", "PASSIVE")
+    assert "policy PASSIVE" in stdout          # the process's own setting is restored
     assert spin and "'0'" not in spin[0], spin
 
 
@@ -509,19 +518,10 @@ def test_kernels_openmp_beside_torchs_libgomp(policy):
     PASSIVE (as `make demo` and `tlmir tune` load it), kernels get a private copy with the
     default spin count (at 2 threads ResNet's 1024x14x14 add+ReLU timed 106 us on the
     sleeping pool, 20 us as measured); with no policy set they share torch's pool."""
-    import subprocess
-    import sys
-    code = ("import torch; torch.ones(4).sum(); from tlmir.codegen_cpu import have_openmp; "
-            "print('openmp', have_openmp())")
-    env = dict(os.environ, OMP_DISPLAY_ENV="verbose")
-    env.pop("OMP_WAIT_POLICY", None)
-    if policy:
-        env["OMP_WAIT_POLICY"] = policy
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert "openmp True" in out.stdout
-    spin = [line for line in (out.stdout + out.stderr).splitlines() if "GOMP_SPINCOUNT" in line]
+    stdout, spin = _openmp_run("import torch; torch.ones(4).sum(); "
+                               "from tlmir.codegen_cpu import have_openmp; print('openmp', have_openmp())",
+                               policy)
+    assert "openmp True" in stdout
     if policy:
         assert len(spin) == 2 and "'0'" in spin[0] and "'0'" not in spin[1], spin
     else:

@@ -40,8 +40,9 @@ def _loaded_gomp() -> str | None:
         with open("/proc/self/maps") as maps:
             for line in maps:
                 fields = line.split(maxsplit=5)
-                if len(fields) == 6 and os.path.basename(fields[5].strip()).startswith("libgomp"):
-                    return fields[5].strip()
+                path = fields[5].strip() if len(fields) == 6 else ""
+                if os.path.basename(path).startswith("libgomp"):
+                    return path
     except OSError:
         pass
     return None
