@@ -20,7 +20,6 @@ import torch
 from tlmir import ops
 from tlmir.lm.registry import load_model
 from tlmir.lm.generate import Generator, Sampling, programs_per_second, replay_errors
-from tlmir.lm.quality import prompt_tier
 from tlmir.runtime.target import host_hardware
 from tlmir.runtime.task import Task
 from tlmir.schedule.space import SearchSpace
@@ -72,8 +71,7 @@ def main() -> None:
     well, ok = dict(total), dict(total)
     for name, make in _tasks(a.tasks).items():
         task = make()
-        gen = Generator(model, tok, hw, Sampling(a.temperature, a.top_k, a.top_p), seed=0,
-                        quality=prompt_tier(meta))
+        gen = Generator.for_model(model, tok, meta, hw, Sampling(a.temperature, a.top_k, a.top_p), seed=0)
         for batch in () if a.well_formed_only else (1, 64):
             n = min(a.n, 8) if batch == 1 else a.n
             progs, decs = programs_per_second(gen, task, n, batch)

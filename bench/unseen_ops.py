@@ -117,10 +117,10 @@ def well_formed(task: Task, hw, model: str, n: int, seed: int) -> dict:
     """Unconstrained sentences: how many parse into a trace, how many of those replay."""
     from tlmir.lm.generate import Generator, Sampling, replay_errors
     from tlmir.lm.tlm_search import cached_model  # the one the tlm strategy loads, loaded once
-    net, tok, quality = cached_model(model)
+    net, tok, meta = cached_model(model)
     space = SearchSpace(task.outputs, hw)
     t0 = time.perf_counter()
-    out = Generator(net, tok, hw, Sampling(), seed, quality).unconstrained(task, n)
+    out = Generator.for_model(net, tok, meta, hw, Sampling(), seed).unconstrained(task, n)
     errors = [e for e in replay_errors(out, space) if e is not None]
     parsed, valid = sum(g.trace is not None for g in out), len(out) - len(errors)
     return {"n": len(out), "parsed": parsed, "valid": valid, "share": valid / max(len(out), 1),

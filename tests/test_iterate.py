@@ -15,7 +15,7 @@ from tlmir import ops
 from tlmir.errors import ModelError, TlmirError
 from tlmir.lm.registry import BASE_MODEL, load_model
 from tlmir.lm.iterate import IterateConfig, Iteration, task_batches
-from tlmir.lm.language import trace_to_sentence
+from tlmir.lm.language import hw_prompt, trace_to_sentence
 from tlmir.lm.sft import answer_flags, answer_nll, decision_flags, sft
 from tlmir.runtime.records import Record, RecordDB
 from tlmir.runtime.target import SearchParams, host_hardware
@@ -58,6 +58,7 @@ def test_sft_raises_the_likelihood_of_the_demonstrations(tmp_path):
     assert after < 0.7 * before, (before, after)
     assert meta["sft"]["demonstrations"] == 6 and meta["train"]["loss_mask"]
     assert meta["sft"]["learn"] == "answers"
+    assert meta["sft"]["hardware"] == [" ".join(hw_prompt(host_hardware()))]  # what generation prompts with
     with pytest.raises(ModelError, match="learn must be one of answers, sentences"):
         sft(BASE_MODEL, demos, str(tmp_path / "bad"), learn="questions", log=None)
 

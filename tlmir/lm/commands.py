@@ -142,12 +142,11 @@ def cmd_generate(args) -> None:
     from ..runtime.task import Task
     from ..schedule.space import SearchSpace
     from .generate import Generator, Sampling
-    from .quality import prompt_tier
     model, tok, meta = load_model(args.model)
     task = Task.from_op(op_from_args(args))
     hw = host_hardware()
-    gen = Generator(model, tok, hw, Sampling(args.temperature, args.top_k, args.top_p), seed=args.seed,
-                    quality=prompt_tier(meta))
+    gen = Generator.for_model(model, tok, meta, hw, Sampling(args.temperature, args.top_k, args.top_p),
+                              seed=args.seed)
     space = SearchSpace(task.outputs, hw)
     torch.set_num_threads(os.cpu_count() or 1)
     t0 = time.perf_counter()

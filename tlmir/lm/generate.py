@@ -26,6 +26,8 @@ from ..schedule.decider import Decider, Trace
 from ..schedule.space import SearchSpace
 from .language import (answer_words, decision_words, prefix_words, sentence_to_trace,
                        trace_to_sentence)
+from .prompt_hardware import prompt_hardware
+from .quality import prompt_tier
 
 
 @dataclass
@@ -144,19 +146,29 @@ class Generated:
 
 
 class Generator:
-    """Generates schedules for a task with a trained TLM. `quality`: the tier a
-    quality-conditioned model is asked for (tlmir.lm.quality.prompt_tier of its config);
-    None for a model without the quality prompt."""
+    """Generates schedules for a task with a trained TLM on hardware `hw` (the space its
+    answers are masked to). `quality`: the tier a quality-conditioned model is asked for
+    (tlmir.lm.quality.prompt_tier of its config); None for a model without the quality
+    prompt. `prompt_hw`: the hardware its prompt names, if not `hw`
+    (tlmir.lm.prompt_hardware: the nearest class the model was fine-tuned on)."""
 
     def __init__(self, model, tokenizer, hw: HardwareParams, sampling: Sampling | None = None, seed: int = 0,
-                 quality: int | None = None):
+                 quality: int | None = None, prompt_hw: HardwareParams | None = None):
         self.model, self.tok, self.hw = model.eval(), tokenizer, hw
+        self.prompt_hw = prompt_hw or hw
         self.sampling = sampling or Sampling()
         self.rng = torch.Generator().manual_seed(seed)
         self.seed, self.quality = seed, quality
 
+    @classmethod
+    def for_model(cls, model, tokenizer, meta: dict, hw: HardwareParams, sampling: Sampling | None = None,
+                  seed: int = 0) -> "Generator":
+        """A Generator for a loaded model with config `meta`: it asks for the tier the model
+        is conditioned on, and prompts with the hardware nearest `hw` it was tuned on."""
+        return cls(model, tokenizer, hw, sampling, seed, prompt_tier(meta), prompt_hardware(hw, meta))
+
     def _prefix_cache(self, task, batch: int):
-        ids = self.tok.encode(prefix_words(task, self.hw, self.quality))
+        ids = self.tok.encode(prefix_words(task, self.prompt_hw, self.quality))
         cache = self.model.new_cache(1)
         logits = self.model.step(torch.tensor([ids]), torch.tensor([len(ids)]), cache)
         return cache.expand(batch), logits[0, -1]
@@ -277,7 +289,7 @@ class Generator:
         """Sample the raw model (no mask) and parse what comes out; a sentence cut off at
         `max_tokens` or the model's block size is reported malformed."""
         out: list[Generated] = []
-        prefix = prefix_words(task, self.hw, self.quality)
+        prefix = prefix_words(task, self.prompt_hw, self.quality)
         max_tokens = min(max_tokens, self.model.config.block_size)
         while len(out) < n:
             b = min(batch_size, n - len(out))

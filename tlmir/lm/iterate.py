@@ -458,7 +458,6 @@ class Iteration:
 
     def _rounds(self) -> dict:
         from .generate import Generator, Sampling
-        from .quality import prompt_tier
         from .registry import load_model
         measurer = Measurer()
         try:
@@ -478,8 +477,8 @@ class Iteration:
                 if left:
                     mdir, mround = self.latest_model(rnd)
                     model, tok, meta = load_model(mdir)
-                    gen = Generator(model, tok, self.hw, Sampling(self.cfg.temperature),
-                                    seed=self.cfg.seed * 1000 + rnd, quality=prompt_tier(meta))
+                    gen = Generator.for_model(model, tok, meta, self.hw, Sampling(self.cfg.temperature),
+                                              seed=self.cfg.seed * 1000 + rnd)
                     self.log(f"[iterate] round {rnd}: {len(left)} of {len(batch)} tasks, "
                              f"model {os.path.basename(mdir)}")
                     for i, t in enumerate(left):

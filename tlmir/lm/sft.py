@@ -30,6 +30,7 @@ import torch.nn.functional as F
 
 from ..errors import ModelError
 from .language import EOS, QUESTION_KEYWORDS, STRUCTURAL_WORDS, VERSION
+from .prompt_hardware import demonstrated_hardware
 from .tokenizer import Tokenizer
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -116,7 +117,8 @@ def sft(base_dir: str, sentences: Sequence[str], out_dir: str, epochs: float = 4
     before the quality prompt existed) are appended to the copy's vocabulary, each with
     a new embedding row (`GPT.grow_vocab`). `quality` (tlmir.lm.quality.quality_config)
     is stored in the model's config.json: the tier its prompts ask for (by default the
-    base's own, if it is conditioned)."""
+    base's own, if it is conditioned); so are the hardware prompts of the demonstrations
+    (`sft.hardware`), which generation prompts with (tlmir.lm.prompt_hardware)."""
     from .checkpoint import load_checkpoint, save_checkpoint
     from .train import pretrain
     if learn not in LEARN:
@@ -155,7 +157,7 @@ def sft(base_dir: str, sentences: Sequence[str], out_dir: str, epochs: float = 4
     os.makedirs(out_dir, exist_ok=True)
     tok.save(os.path.join(out_dir, TOKENIZER_FILE))
     extra = {"sft": {"demonstrations": len(seqs), "skipped": len(sentences) - len(seqs), "epochs": epochs,
-                     "learn": learn}}
+                     "learn": learn, "hardware": demonstrated_hardware(spelled)}}
     if quality is not None:
         extra["quality"] = quality
     try:

@@ -38,15 +38,13 @@ _LOCK = threading.Lock()
 
 
 def cached_model(name: str):
-    """(model, tokenizer, quality tier its prompts ask for) loaded once per process and
-    directory."""
-    from .quality import prompt_tier
+    """(model, tokenizer, config) loaded once per process and directory."""
     from .registry import load_model, model_dir
     path = os.path.abspath(model_dir(name))
     with _LOCK:
         if path not in _MODELS:
             model, tok, meta = load_model(path)
-            _MODELS[path] = (model.eval(), tok, prompt_tier(meta))
+            _MODELS[path] = (model.eval(), tok, meta)
         return _MODELS[path]
 
 
@@ -60,10 +58,10 @@ class TLMSearch(RandomSearch):
         if task is None:
             raise TlmirError("the tlm strategy needs the task (its prompt is the model's input)")
         from .generate import Generator, Sampling  # torch, only once a TLM search is made
-        net, tok, quality = cached_model(model)
+        net, tok, meta = cached_model(model)
         self.task, self.batch_size = task, batch_size
-        self.gen = Generator(net, tok, space.hw, sampling or Sampling(space.sp.tlm_temperature), seed, quality)
-        self.greedy = (Generator(net, tok, space.hw, Sampling(temperature=0.0), seed, quality)
+        self.gen = Generator.for_model(net, tok, meta, space.hw, sampling or Sampling(space.sp.tlm_temperature), seed)
+        self.greedy = (Generator.for_model(net, tok, meta, space.hw, Sampling(temperature=0.0), seed)
                        if greedy_first else None)
         self.ranker = WorldRanker(space, task, seed) if ranked else None
         self.lowers_features = self.ranker is not None and self.ranker.reads_features
