@@ -3,8 +3,8 @@
     .venv/bin/python bench/evaluator_retrain.py --cache runs/evprog.pkl \
         shipped=tlmir/lm/models/evaluator gap:gap:1000 top:top:1000
 
-Reads the training split's records of every archive (`--train`: the iterate runs of
-both CPU classes, the evolutionary searches of training tasks, the evolutionary-400
+Reads the training split's records of every archive (the iterate runs of the three CPU
+classes, the evolutionary searches of training tasks, the evolutionary-400
 and `tlm+evolutionary` demonstrations searches), leaves out stale strided records and
 scheduler-tick artefacts as `tlmir train evaluator` does, computes every program's
 features once (`--cache`: a pickle of the programs, scratch) and then, per argument:
@@ -16,7 +16,8 @@ features once (`--cache`: a pickle of the programs, scratch) and then, per argum
   program's normalised throughput (the near-best pairs count as much as the rest).
 
 Each row: pairwise accuracy, top-10 recall of the best and Kendall tau on the held-out
-tasks' evolutionary-1000 (AVX-512) and evolutionary (AVX2) programs and the unranked
+tasks' evolutionary-1000 (Zen 4 and Sapphire Rapids class) and evolutionary (AVX2)
+programs and the unranked
 TLM-64 run, never trained on; and on the measured pool draws of `data/pool` (a uniform
 sample of the TLM's programs per held-out task), the best of the evaluator's first 1 /
 10 over the best of the sample (geometric mean): what TLM-1 and TLM-10 pick from.
@@ -44,9 +45,10 @@ from tlmir.search import world_train as wt  # noqa: E402
 
 TRAIN = ["data/iterate/records.jsonl.xz", "data/search-train/evolutionary.jsonl.xz",
          "data/stride2/evolutionary.jsonl.xz", "data/iterate-avx2/records.jsonl.xz",
-         "data/demos-evo/tlm+evolutionary.jsonl.xz", "data/demos-evo400/evolutionary.jsonl.xz"]
+         "data/demos-evo/tlm+evolutionary.jsonl.xz", "data/demos-evo400/evolutionary.jsonl.xz",
+         "data/iterate-spr/records.jsonl.xz", "data/iterate-spr2/records.jsonl.xz"]
 TEST = {"evo1000-avx512": "data/eval/evolutionary.jsonl.xz", "evo-avx2": "data/eval-avx2/evolutionary.jsonl.xz",
-        "tlm64-unranked": "data/eval/tlm@none-64.jsonl.xz"}
+        "evo1000-spr": "data/eval-spr/evolutionary.jsonl.xz", "tlm64-unranked": "data/eval/tlm@none-64.jsonl.xz"}
 POOL = "data/pool/held-out.jsonl.xz"
 STALE = "^(conv2d_(?!transpose)|depthwise|max_pool|avg_pool).*_s[234]_@2026-11-25T08:04Z"
 

@@ -6,9 +6,8 @@ hardware class it learns from fine-tuning alone. Prompted with a class it was ne
 fine-tuned on, it writes what it would for no class in particular. The shipped `tlm`,
 fine-tuned on two 2-core classes (AVX-512 with 32K/1024K caches, AVX2 with 32K/512K),
 asked for BERT's 128x3072x768 dense+GELU under a Sapphire Rapids prompt (48K/2048K), put
-one row in the register tile of 602 of 640 programs; under the nearest class it was
-tuned on, 16-row tiles and the like (docs/model.md, "Prompting with the hardware a model
-was tuned on").
+one row in the register tile of 546 of 640 programs; under the nearest class it was
+tuned on, 148 (docs/model.md, "Prompting with the hardware a model was tuned on").
 
 So fine-tuning records the hardware prompts of its demonstrations in the model's
 config.json (`sft.hardware`), and generation prompts with the host's own hardware if the
