@@ -5,12 +5,12 @@ import os
 
 import pytest
 
-from tlmir.errors import ModelError
+from tlmir.errors import ModelError, ScheduleError
 from tlmir.lm.generate import Generator
 from tlmir.lm.language import hw_prompt
 from tlmir.lm.prompt_hardware import demonstrated_hardware, prompt_hardware, tuned_hardware
 from tlmir.lm.registry import TUNED_MODEL, load_model
-from tlmir.runtime.target import CPU_CLASSES
+from tlmir.runtime.target import CPU_CLASSES, SearchParams
 
 ZEN3, ZEN4, SPR, ICX = (dataclasses.replace(CPU_CLASSES[n], cores=2)
                         for n in ("zen3", "zen4", "sapphire-rapids", "ice-lake-sp"))
@@ -57,5 +57,12 @@ def test_the_shipped_model_lists_the_hardware_of_its_demonstrations():
         sentences = [json.loads(line)["sentence"] for line in f]
     model, tok, meta = load_model(TUNED_MODEL)
     assert tuned_hardware(meta) == demonstrated_hardware(sentences)
-    gen = Generator.for_model(model, tok, meta, SPR)
+    assert Generator.for_model(model, tok, meta, SPR).prompt_hw == SPR  # the default: the host's
+    gen = Generator.for_model(model, tok, meta, SPR, prompt="nearest")
     assert gen.hw == SPR and gen.prompt_hw == ZEN4
+
+
+def test_search_params_name_the_prompt_a_tlm_search_writes():
+    assert SearchParams().tlm_prompt == "host"
+    with pytest.raises(ScheduleError, match="tlm_prompt must be 'host' or 'nearest', got 'zen4'"):
+        SearchParams(tlm_prompt="zen4")

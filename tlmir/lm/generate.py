@@ -162,10 +162,12 @@ class Generator:
 
     @classmethod
     def for_model(cls, model, tokenizer, meta: dict, hw: HardwareParams, sampling: Sampling | None = None,
-                  seed: int = 0) -> "Generator":
+                  seed: int = 0, prompt: str = "host") -> "Generator":
         """A Generator for a loaded model with config `meta`: it asks for the tier the model
-        is conditioned on, and prompts with the hardware nearest `hw` it was tuned on."""
-        return cls(model, tokenizer, hw, sampling, seed, prompt_tier(meta), prompt_hardware(hw, meta))
+        is conditioned on, and its prompt names `hw` (`prompt="host"`) or the nearest
+        hardware to `hw` that the model was tuned on (`"nearest"`; SearchParams.tlm_prompt)."""
+        prompt_hw = prompt_hardware(hw, meta) if prompt == "nearest" else hw
+        return cls(model, tokenizer, hw, sampling, seed, prompt_tier(meta), prompt_hw)
 
     def _prefix_cache(self, task, batch: int):
         ids = self.tok.encode(prefix_words(task, self.prompt_hw, self.quality))

@@ -478,7 +478,7 @@ class Iteration:
                     mdir, mround = self.latest_model(rnd)
                     model, tok, meta = load_model(mdir)
                     gen = Generator.for_model(model, tok, meta, self.hw, Sampling(self.cfg.temperature),
-                                              seed=self.cfg.seed * 1000 + rnd)
+                                              seed=self.cfg.seed * 1000 + rnd, prompt=self.sp.tlm_prompt)
                     self.log(f"[iterate] round {rnd}: {len(left)} of {len(batch)} tasks, "
                              f"model {os.path.basename(mdir)}")
                     for i, t in enumerate(left):

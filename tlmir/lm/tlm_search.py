@@ -60,8 +60,10 @@ class TLMSearch(RandomSearch):
         from .generate import Generator, Sampling  # torch, only once a TLM search is made
         net, tok, meta = cached_model(model)
         self.task, self.batch_size = task, batch_size
-        self.gen = Generator.for_model(net, tok, meta, space.hw, sampling or Sampling(space.sp.tlm_temperature), seed)
-        self.greedy = (Generator.for_model(net, tok, meta, space.hw, Sampling(temperature=0.0), seed)
+        prompt = space.sp.tlm_prompt
+        self.gen = Generator.for_model(net, tok, meta, space.hw, sampling or Sampling(space.sp.tlm_temperature),
+                                       seed, prompt)
+        self.greedy = (Generator.for_model(net, tok, meta, space.hw, Sampling(temperature=0.0), seed, prompt)
                        if greedy_first else None)
         self.ranker = WorldRanker(space, task, seed) if ranked else None
         self.lowers_features = self.ranker is not None and self.ranker.reads_features

@@ -170,11 +170,16 @@ class SearchParams:
                                        # all before it, up to measures_per_round (0: measures_per_round)
     tlm_refine_after: int = 0          # ranked tlm: > 0: after this many measured (one pool), rounds of
     tlm_refine_round: int = 11         # this many, half of whose pool is the model's variants of the best
+    tlm_prompt: str = "host"           # the hardware a TLM's prompt names: "host", or "nearest": the
+                                       # nearest class it was fine-tuned on if it was not on the host's
+                                       # (tlmir.lm.prompt_hardware; not better so far, docs/model.md)
     world_finetune_steps: int = 20     # world cost model: fine-tuning steps per round of measurements
     world_evaluator: str = "default"   # ... and the trained evaluator it starts from (the TLM's ranker
                                        # too): a shipped name or a directory `tlmir train evaluator` wrote
 
     def __post_init__(self):
+        if self.tlm_prompt not in ("host", "nearest"):
+            raise ScheduleError(f"SearchParams.tlm_prompt must be 'host' or 'nearest', got {self.tlm_prompt!r}")
         if self.tile_mutation not in ("move", "redraw"):
             raise ScheduleError(f"SearchParams.tile_mutation must be 'move' or 'redraw', "
                                 f"got {self.tile_mutation!r}")
