@@ -17,8 +17,7 @@ features once (`--cache`: a pickle of the programs, scratch) and then, per argum
 
 Each row: pairwise accuracy, top-10 recall of the best and Kendall tau on the held-out
 tasks' evolutionary-1000 (Zen 4 and Sapphire Rapids class) and evolutionary (AVX2)
-programs and the unranked
-TLM-64 run, never trained on; and on the measured pool draws of `data/pool` (a uniform
+programs and the unranked TLM-64 run, never trained on; and on the measured pool draws of `data/pool` (a uniform
 sample of the TLM's programs per held-out task), the best of the evaluator's first 1 /
 10 over the best of the sample (geometric mean): what TLM-1 and TLM-10 pick from.
 """

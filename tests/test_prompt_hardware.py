@@ -1,4 +1,5 @@
-"""A fine-tuned model is prompted with the hardware it was tuned on nearest the host."""
+"""With tlm_prompt = "nearest", a fine-tuned model is prompted with the hardware it was tuned
+on nearest the host; by default, with the host's."""
 import dataclasses
 import json
 import os

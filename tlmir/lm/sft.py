@@ -118,7 +118,8 @@ def sft(base_dir: str, sentences: Sequence[str], out_dir: str, epochs: float = 4
     a new embedding row (`GPT.grow_vocab`). `quality` (tlmir.lm.quality.quality_config)
     is stored in the model's config.json: the tier its prompts ask for (by default the
     base's own, if it is conditioned); so are the hardware prompts of the demonstrations
-    (`sft.hardware`), which generation prompts with (tlmir.lm.prompt_hardware)."""
+    (`sft.hardware`), which generation can prompt with on another host
+    (SearchParams.tlm_prompt = "nearest", tlmir.lm.prompt_hardware)."""
     from .checkpoint import load_checkpoint, save_checkpoint
     from .train import pretrain
     if learn not in LEARN:
