@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/e2e.py [--models resnet50,mobilenet_v2,bert-base,llama-layer]
         [--strategy tlm] [--trials-per-task 10] [--db runs/e2e.db] [--threads 1,2]
-        [--repeat 20] [--no-inductor] [--json out.json]
+        [--repeat 20] [--no-inductor] [--progress] [--json out.json]
 
 Per model: import (torch.export + fusion), tune every task with --strategy into --db (a
 rerun reuses the records: no measurement is repeated), build, check the output against
@@ -55,6 +55,7 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--no-inductor", action="store_true")
     p.add_argument("--report", action="store_true", help="also print each model's per-subgraph report")
+    p.add_argument("--progress", action="store_true", help="print each task's tuning progress")
     p.add_argument("--json")
     a = p.parse_args()
     threads = [int(t) for t in a.threads.split(",")]
@@ -69,7 +70,7 @@ def main() -> None:
         t0 = time.perf_counter()
         imported = frontend.import_model(model, inputs, name)
         cm = frontend.compile(imported, None, strategy=strategy, trials_per_task=a.trials_per_task,
-                              db=a.db, progress=False)
+                              db=a.db, progress=a.progress)
         build_s = time.perf_counter() - t0
         with torch.no_grad():
             ref = first_tensor(model(*inputs))

@@ -1,0 +1,144 @@
+"""Measure, on every task of an iterate run, the fastest programs of other tasks of its kind.
+
+    .venv/bin/python bench/transfer_demos.py --records data/iterate-spr/records.jsonl.xz \
+        data/iterate-spr2/records.jsonl.xz data/iterate/records.jsonl.xz ... \
+        --iterate runs/iterate-spr2 --archive-of-iterate data/iterate-spr2 \
+        --db runs/transfer-spr.db [--per-task 8] [--archive data/transfer-spr/records.jsonl.xz]
+
+The iterate run's demonstrations are each task's best of ~30 of the model's own samples:
+on dense+GELU the best of a task ran 130-290 GFLOP/s with one- or two-row register
+tiles, where evolutionary-1000 on a held-out shape found 375 with an 8x48 tile. Here
+each training task's fastest program (on any host with this host's vector width) is
+a source; every task of the same op family gets the `--per-task` fastest sources of
+other tasks rewritten for its shape (`tlmir.search.transfer`), first those of its
+category (a 3x3 conv from 3x3 convs), and measures those it has not measured yet
+(strategy `transfer`). Only training tasks are read or measured: held-out records never
+become sources. Resumable: a task's transfers already in --db are not measured again.
+`bench/demonstrations.py --records ... runs/transfer-spr.db` then takes them into the
+demonstrations wherever they beat the model's own programs.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import math
+import time
+
+
+def normalized(trace_json: str) -> str:
+    from tlmir.schedule.decider import Trace
+    return Trace.from_json(trace_json).to_json()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--records", nargs="+", required=True, help="record archives of training tasks (.db, .jsonl.xz)")
+    p.add_argument("--iterate", default="runs/iterate", help="the iterate run whose tasks get transfers")
+    p.add_argument("--archive-of-iterate", default="data/iterate")
+    p.add_argument("--db", required=True)
+    p.add_argument("--per-task", type=int, default=8)
+    p.add_argument("--archive", help="export --db's records to this .jsonl.xz at the end")
+    a = p.parse_args()
+
+    from tlmir.evaluate import category
+    from tlmir.lm.iterate import running_tasks
+    from tlmir.runtime.records import RecordDB, export_jsonl, read_records
+    from tlmir.runtime.target import SearchParams, host_hardware
+    from tlmir.runtime.task import task_type
+    from tlmir.schedule.decider import Trace
+    from tlmir.schedule.space import SearchSpace
+    from tlmir.search.measurer import Measurer
+    from tlmir.search.strategy import make_candidate
+    from tlmir.search.transfer import transfer
+    from tlmir.search.tune import measure_candidate
+    from tlmir.workloads import split_tasks
+
+    hw, sp = host_hardware(), SearchParams()
+    train = {t.key: t for t in split_tasks("train")}
+    targets = [train[k] for k in running_tasks(a.iterate, a.archive_of_iterate) if k in train]
+    same_isa = "-".join(hw.key.split("-")[:2]) + "-"   # "cpu-avx512-": the same vector width
+    seen: dict[str, set] = collections.defaultdict(set)          # task -> traces measured here
+    host_best: dict[str, float] = {}                             # task -> best seconds here
+    best_of: dict[tuple, tuple] = {}                             # (task, hw) -> (gflops, trace)
+    for r in read_records(a.records):
+        if r.task_key not in train or not r.hw_key.startswith(same_isa):
+            continue
+        if r.hw_key == hw.key:
+            seen[r.task_key].add(normalized(r.trace))
+            if r.ok:
+                host_best[r.task_key] = min(host_best.get(r.task_key, math.inf), r.best)
+        if r.ok:
+            g = train[r.task_key].flops / r.best / 1e9
+            k = (r.task_key, r.hw_key)
+            if g > best_of.get(k, (0.0, ""))[0]:
+                best_of[k] = (g, r.trace)
+    # sources per family, fastest first; this host's throughput ranks its own sources,
+    # another host's are ranked after them by theirs
+    family: dict[str, list] = collections.defaultdict(list)
+    for (key, hkey), (g, trace) in best_of.items():
+        t = train[key]
+        family[task_type(t)].append((hkey != hw.key, -g, key, trace))
+    for v in family.values():
+        v.sort()
+    sketches: dict[str, list] = {}
+
+    def sketch_rules(key: str) -> list:
+        if key not in sketches:
+            sketches[key] = [str(s) for s in SearchSpace(train[key].outputs, hw, sp).sketches]
+        return sketches[key]
+
+    db = RecordDB(a.db)
+    meas = Measurer(hw=hw)
+    t0, measured = time.perf_counter(), 0
+    try:
+        for n, task in enumerate(targets):
+            mine = {normalized(r.trace) for r in db.records(task.key, hw.key)}
+            cat = category(task)
+            ranked = sorted(family.get(task_type(task), []),
+                            key=lambda s: (category(train[s[2]]) != cat,) + s[:2])
+            space = SearchSpace(task.outputs, hw, sp)
+            plan, used = [], set()
+            for _, _, key, trace_json in ranked:
+                if len(plan) == a.per_task:
+                    break
+                if key == task.key or key in used:
+                    continue
+                source = Trace.from_json(trace_json)
+                rules = sketch_rules(key)
+                if not 0 <= source.sketch < len(rules):
+                    continue
+                got = transfer(space, source, rules[source.sketch])
+                if got is None:
+                    continue
+                tj = got[1].to_json()
+                if tj in seen[task.key] or tj in mine or tj in {c[1].to_json() for c in plan}:
+                    used.add(key)
+                    continue
+                used.add(key)
+                plan.append(got)
+            best = host_best.get(task.key, math.inf)
+            gained = []
+            for sch_trace in plan:
+                cand = make_candidate(space, task.args, sch_trace)
+                rec = measure_candidate(meas, task, cand, best, hw, sp, "transfer", 0)
+                db.append(rec)
+                measured += 1
+                if rec.ok:
+                    gained.append(rec.best)
+            new = min(gained, default=math.inf)
+            print(f"[{time.perf_counter() - t0:7.0f}s] {n + 1}/{len(targets)} {task.name}: "
+                  f"{len(plan)} transfers, best {task.flops / new / 1e9 if gained else 0:.1f} GFLOP/s "
+                  f"vs own {task.flops / best / 1e9 if math.isfinite(best) else 0:.1f}"
+                  f"{' *' if new < best else ''}", flush=True)
+            if new < best:
+                host_best[task.key] = new
+    finally:
+        meas.close()
+    print(f"{measured} measurements in {time.perf_counter() - t0:.0f} s")
+    if a.archive:
+        export_jsonl(db, a.archive)
+    db.close()
+
+
+if __name__ == "__main__":
+    main()

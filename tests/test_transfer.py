@@ -1,0 +1,69 @@
+"""Schedule transfer: a program of one task rewritten for another task of the same op."""
+import random
+
+import pytest
+
+from tlmir import ops
+from tlmir.errors import ScheduleError
+from tlmir.runtime.target import HardwareParams
+from tlmir.schedule.decider import RandomDecider, Trace, factorizations
+from tlmir.schedule.space import SearchSpace
+from tlmir.search.transfer import nearest_answer, tile_distance, transfer
+
+from schedutil import assert_program_matches
+
+HW2 = HardwareParams(cores=2)
+
+
+def test_nearest_tile_keeps_the_inner_levels():
+    # extent 48 -> 64: the inner levels stay, the outermost takes the change
+    src = (3, 2, 1, 8)
+    got = nearest_answer(src, list(factorizations(64, 4, 64)))
+    assert got == (4, 2, 1, 8)
+    assert tile_distance(got, src) == pytest.approx(abs(2 - 1.5849625), rel=1e-6)
+
+
+def test_nearest_answer_of_each_kind():
+    assert nearest_answer((1, 4), [(1, 4), (2, 2)]) == (1, 4)
+    assert nearest_answer(48, [0, 16, 64, 512]) == 64
+    assert nearest_answer("C.i.outer.j.outer.fused", ["root", "C.i.outer"]) == "C.i.outer"
+    with pytest.raises(ScheduleError, match="no answer near"):
+        nearest_answer((2, 3), [0, 1])
+
+
+@pytest.mark.parametrize("source, target", [
+    (ops.dense(32, 48, 24, bias=True, act="gelu"), ops.dense(20, 64, 40, bias=True, act="gelu")),
+    (ops.conv2d_bias_relu(1, 8, 10, 10, 16, 3, 3, padding=1), ops.conv2d_bias_relu(1, 4, 12, 12, 8, 3, 3, padding=1)),
+])
+def test_transferred_programs_compile_and_match_numpy(source, target):
+    """Every sketch's random programs of one shape, rewritten for another, compute what
+    numpy computes there, and ask the target's questions only."""
+    src_space, dst_space = SearchSpace(source.outputs, HW2), SearchSpace(target.outputs, HW2)
+    ins = target.random_inputs(0)
+    want = target.run_reference(*ins)
+    rng = random.Random(3)
+    moved = 0
+    for k, sketch in enumerate(src_space.sketches):
+        _, trace = src_space.apply(k, RandomDecider(rng))
+        got = transfer(dst_space, trace, str(sketch))
+        if got is None:
+            continue
+        sch, new = got
+        assert str(dst_space.sketches[new.sketch]) == str(sketch)
+        assert_program_matches(sch, target, ins, want, new)
+        moved += 1
+    assert moved == len(src_space.sketches)
+
+
+def test_a_program_transfers_to_its_own_task_unchanged():
+    op = ops.dense(32, 48, 24, bias=True, act="gelu")
+    space = SearchSpace(op.outputs, HW2)
+    _, trace = space.sample(random.Random(5))
+    _, again = transfer(space, trace, str(space.sketches[trace.sketch]))
+    assert again.to_json() == trace.to_json()
+
+
+def test_no_transfer_without_a_matching_sketch():
+    op = ops.dense(32, 48, 24, bias=True, act="gelu")
+    space = SearchSpace(op.outputs, HW2)
+    assert transfer(space, Trace(0, []), "X:tile, Y:inline") is None
