@@ -49,16 +49,17 @@ def main() -> None:
         with open(a.base) as fh:
             kept = [d for d in map(json.loads, fh) if d["key"] not in updated or host not in d["sentence"]]
         tasks = {k: t for k, t in tasks.items() if k in updated}
-    demos = kept + best_demonstrations(records, tasks, host_hardware(), a.slack)
+    new = best_demonstrations(records, tasks, host_hardware(), a.slack)
+    demos = kept + new
     with open(a.out, "w") as fh:
         fh.writelines(json.dumps(d) + "\n" for d in demos)
     source = {(r.task_key, r.best): r.strategy for r in records if r.ok}
     firsts: dict[str, dict] = {}
-    for d in demos:
+    for d in new:
         firsts.setdefault(d["key"], d)
     by_source = collections.Counter(source.get((k, d["seconds"]), "?") for k, d in firsts.items())
-    print(f"{len(demos)} demonstrations of {len(firsts)} tasks from {len(records)} records -> {a.out}; "
-          f"each task's fastest from: {dict(by_source)}")
+    print(f"{len(demos)} demonstrations ({len(new)} of this host's {len(firsts)} tasks) from {len(records)} records -> {a.out}; "
+          f"this host's fastest per task from: {dict(by_source)}")
 
 
 if __name__ == "__main__":
