@@ -32,6 +32,9 @@ def main() -> None:
                    help="with --base: archives whose tasks get their demonstrations recomputed from --records")
     p.add_argument("--iterate", default="runs/iterate", help="the iterate run whose tasks are kept")
     p.add_argument("--archive-of-iterate", default="data/iterate")
+    p.add_argument("--all-tasks", action="store_true",
+                   help="every training task the records measured, not only the iterate run's "
+                        "(bench/transfer_demos.py --tasks train measures others)")
     a = p.parse_args()
     from tlmir.lm.iterate import best_demonstrations, running_tasks
     from tlmir.lm.language import hw_prompt
@@ -40,7 +43,7 @@ def main() -> None:
     from tlmir.workloads import split_tasks
     keys = running_tasks(a.iterate, a.archive_of_iterate)
     train = {t.key: t for t in split_tasks("train")}
-    tasks = {k: train[k] for k in keys if k in train}
+    tasks = dict(train) if a.all_tasks else {k: train[k] for k in keys if k in train}
     records = list(read_records(a.records))
     kept = []
     if a.base:

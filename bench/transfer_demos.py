@@ -12,6 +12,8 @@ each training task's fastest program (on any host with this host's vector width)
 a source; every task of the same op family gets the `--per-task` fastest sources of
 other tasks rewritten for its shape (`tlmir.search.transfer`), first those of its
 category (a 3x3 conv from 3x3 convs), and measures those it has not measured yet
+(`--tasks train`: then every other training task up to --max-gflop, which the iterate run
+never measured: their demonstrations are transfers alone)
 (strategy `transfer`). Only training tasks are read or measured: held-out records never
 become sources. Resumable: a task's transfers already in --db are not measured again.
 `bench/demonstrations.py --records ... runs/transfer-spr.db` then takes them into the
@@ -37,11 +39,14 @@ def main() -> None:
     p.add_argument("--archive-of-iterate", default="data/iterate")
     p.add_argument("--db", required=True)
     p.add_argument("--per-task", type=int, default=8)
+    p.add_argument("--tasks", choices=("iterate", "train"), default="iterate",
+                   help="the iterate run's tasks, or those and then every other training task")
+    p.add_argument("--max-gflop", type=float, default=1.0, help="with --tasks train: skip larger tasks")
     p.add_argument("--archive", help="export --db's records to this .jsonl.xz at the end")
     a = p.parse_args()
 
     from tlmir.evaluate import category
-    from tlmir.lm.iterate import running_tasks
+    from tlmir.lm.iterate import by_type, running_tasks
     from tlmir.runtime.records import RecordDB, export_jsonl, read_records
     from tlmir.runtime.target import SearchParams, host_hardware
     from tlmir.runtime.task import task_type
@@ -56,6 +61,9 @@ def main() -> None:
     hw, sp = host_hardware(), SearchParams()
     train = {t.key: t for t in split_tasks("train")}
     targets = [train[k] for k in running_tasks(a.iterate, a.archive_of_iterate) if k in train]
+    if a.tasks == "train":
+        mine = {t.key for t in targets}
+        targets += by_type([t for t in train.values() if t.key not in mine and t.flops <= a.max_gflop * 1e9])
     same_isa = "-".join(hw.key.split("-")[:2]) + "-"   # "cpu-avx512-": the same vector width
     seen: dict[str, set] = collections.defaultdict(set)          # task -> traces measured here
     host_best: dict[str, float] = {}                             # task -> best seconds here
