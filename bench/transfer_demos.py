@@ -80,14 +80,12 @@ def main() -> None:
             k = (r.task_key, r.hw_key)
             if g > best_of.get(k, (0.0, ""))[0]:
                 best_of[k] = (g, r.trace)
-    # sources per family, fastest first; this host's throughput ranks its own sources,
-    # another host's are ranked after them by theirs
+    # sources per family as (category, another host's, -GFLOP/s, task, trace): this host's
+    # throughput ranks its own sources, another host's are ranked after them by theirs
     family: dict[str, list] = collections.defaultdict(list)
     for (key, hkey), (g, trace) in best_of.items():
         t = train[key]
-        family[task_type(t)].append((hkey != hw.key, -g, key, trace))
-    for v in family.values():
-        v.sort()
+        family[task_type(t)].append((category(t), hkey != hw.key, -g, key, trace))
     sketches: dict[str, list] = {}
 
     def sketch_rules(key: str) -> list:
@@ -102,11 +100,10 @@ def main() -> None:
         for n, task in enumerate(targets):
             mine = {normalized(r.trace) for r in db.records(task.key, hw.key)}
             cat = category(task)
-            ranked = sorted(family.get(task_type(task), []),
-                            key=lambda s: (category(train[s[2]]) != cat,) + s[:2])
+            ranked = sorted(family.get(task_type(task), []), key=lambda s: (s[0] != cat,) + s[1:3])
             space = SearchSpace(task.outputs, hw, sp)
-            plan, used = [], set()
-            for _, _, key, trace_json in ranked:
+            plan, used, planned = [], set(), set()
+            for _, _, _, key, trace_json in ranked:
                 if len(plan) == a.per_task:
                     break
                 if key == task.key or key in used:
@@ -118,12 +115,11 @@ def main() -> None:
                 got = transfer(space, source, rules[source.sketch])
                 if got is None:
                     continue
-                tj = got[1].to_json()
-                if tj in seen[task.key] or tj in mine or tj in {c[1].to_json() for c in plan}:
-                    used.add(key)
-                    continue
                 used.add(key)
-                plan.append(got)
+                tj = got[1].to_json()
+                if tj not in seen[task.key] and tj not in mine and tj not in planned:
+                    planned.add(tj)
+                    plan.append(got)
             best = host_best.get(task.key, math.inf)
             gained = []
             for sch_trace in plan:

@@ -15,6 +15,7 @@ model's own few samples per task never reached.
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 from ..errors import ScheduleError
@@ -28,15 +29,6 @@ def tile_distance(option: tuple, source: tuple) -> float:
     weighted twice its outer neighbour (the innermost counts most)."""
     return sum(2.0 ** lvl * abs(math.log2(o) - math.log2(s))
                for lvl, (o, s) in enumerate(zip(option, source)))
-
-
-def _common_prefix(a: str, b: str) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def nearest_answer(source: Any, options: list) -> Any:
@@ -56,7 +48,7 @@ def nearest_answer(source: Any, options: list) -> Any:
     elif isinstance(source, str):
         names = [o for o in options if isinstance(o, str)]
         if names:
-            return max(names, key=lambda o: _common_prefix(o, source))
+            return max(names, key=lambda o: len(os.path.commonprefix([o, source])))
     raise ScheduleError(f"no answer near {source!r} among {len(options)} options")
 
 
@@ -89,10 +81,10 @@ def transfer(space: SearchSpace, source: Trace, source_sketch: str) -> tuple[Sch
     """The source program (its trace and its sketch's rules, `str(Sketch)`) rewritten for
     `space`'s task as (schedule, trace), or None where the space has no sketch with those
     rules or an answer has no counterpart."""
-    ids = [i for i, sk in enumerate(space.sketches) if str(sk) == source_sketch]
-    if not ids:
+    sketch_id = next((i for i, sk in enumerate(space.sketches) if str(sk) == source_sketch), None)
+    if sketch_id is None:
         return None
     try:
-        return space.apply(ids[0], TransferDecider(source))
+        return space.apply(sketch_id, TransferDecider(source))
     except ScheduleError:
         return None
