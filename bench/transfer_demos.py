@@ -39,13 +39,14 @@ def main() -> None:
     p.add_argument("--archive-of-iterate", default="data/iterate")
     p.add_argument("--db", required=True)
     p.add_argument("--per-task", type=int, default=8)
-    p.add_argument("--tasks", choices=("iterate", "train"), default="iterate",
-                   help="the iterate run's tasks, or those and then every other training task")
+    p.add_argument("--tasks", choices=("iterate", "train", "held-out"), default="iterate",
+                   help="the iterate run's tasks, or those and then every other training task, or "
+                        "(a probe of transfer alone) the held-out representative tasks")
     p.add_argument("--max-gflop", type=float, default=1.0, help="with --tasks train: skip larger tasks")
     p.add_argument("--archive", help="export --db's records to this .jsonl.xz at the end")
     a = p.parse_args()
 
-    from tlmir.evaluate import category
+    from tlmir.evaluate import category, representative_tasks
     from tlmir.lm.iterate import by_type, running_tasks
     from tlmir.runtime.records import RecordDB, export_jsonl, read_records
     from tlmir.runtime.target import SearchParams, host_hardware
@@ -60,7 +61,10 @@ def main() -> None:
 
     hw, sp = host_hardware(), SearchParams()
     train = {t.key: t for t in split_tasks("train")}
-    targets = [train[k] for k in running_tasks(a.iterate, a.archive_of_iterate) if k in train]
+    if a.tasks == "held-out":  # sources stay training tasks: `train` filters every record read
+        targets = representative_tasks("held-out")
+    else:
+        targets = [train[k] for k in running_tasks(a.iterate, a.archive_of_iterate) if k in train]
     if a.tasks == "train":
         mine = {t.key for t in targets}
         targets += by_type([t for t in train.values() if t.key not in mine and t.flops <= a.max_gflop * 1e9])

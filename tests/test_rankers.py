@@ -92,7 +92,8 @@ def test_ranked_tlm_measures_the_top_picks_of_its_pool(likelihood):
     likelihood rank."""
     task = Task.from_op(ops.dense(16, 64, 64))
     space = SearchSpace(task.outputs, host_hardware(), SearchParams(tlm_rank_per_slot=8, tlm_rank_min_pool=0,
-                                                                    tlm_rank_likelihood=likelihood))
+                                                                    tlm_rank_likelihood=likelihood,
+                                                                    tlm_transfers=0))
     search = make_strategy("tlm", space, task, seed=0)
     pools = []
     write = search._write

@@ -34,7 +34,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import shutil
 import time
 from dataclasses import dataclass
@@ -46,20 +45,9 @@ from .errors import TlmirError
 from .runtime.records import RecordDB
 from .runtime.run_lock import run_lock
 from .runtime.target import HardwareParams, SearchParams, host_hardware
-from .runtime.task import Task, task_type
+from .runtime.task import Task, category, task_type
 
-_KERNEL = re.compile(r"\d+x\d+$")
 EXHAUSTED = "exhausted"  # wall-file entry: the run measured every program of the task's space
-
-
-def category(task: Task) -> str:
-    """Op family, plus the kernel size for convolutions (1x1 and 3x3 convs differ in kind)."""
-    kind = task_type(task)
-    if "conv" in kind:
-        rest = task.name[len(kind):].split("_")
-        kernel = next((w for w in rest[2:] if _KERNEL.match(w)), "")
-        return f"{kind}_{kernel}" if kernel else kind
-    return kind
 
 
 def representative_tasks(split: str = "held-out") -> list[Task]:

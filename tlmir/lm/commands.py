@@ -100,6 +100,18 @@ def cmd_train_evaluator(args) -> None:
     print(json.dumps({"out": args.out, "held_out": metrics}, indent=1))
 
 
+def cmd_train_sources(args) -> None:
+    from ..runtime.records import read_records
+    from ..search.transfer_sources import SOURCES_FILE, SourceLibrary
+    from ..workloads import split_tasks
+    train = {t.key: t for t in split_tasks("train")}
+    lib = SourceLibrary.from_records(read_records(args.records), train)
+    out = os.path.join(args.out, SOURCES_FILE) if os.path.isdir(args.out) else args.out
+    lib.save(out)
+    print(f"{len(lib)} sources ({len({k for g in lib.by_type.values() for k in (s.task_key for s in g)})} "
+          f"training tasks) -> {out}")
+
+
 def cmd_iterate(args) -> None:
     passive_openmp()
     from ..workloads import split_tasks
@@ -276,6 +288,12 @@ def add_parsers(sub) -> None:
                          "the task was measured again since: a code generator change re-ranked their "
                          "programs (repeatable)")
     ev.set_defaults(fn=cmd_train_evaluator)
+    so = trs.add_parser("sources", help="the transfer sources a model ships: each training task's fastest "
+                        "program per hardware, which tlm rewrites for a new task's shape")
+    so.add_argument("--records", nargs="+", required=True, help="records: .db, .jsonl or .jsonl.xz "
+                    "(held-out tasks' records are ignored)")
+    so.add_argument("--out", required=True, help="a model directory or a .jsonl.xz file")
+    so.set_defaults(fn=cmd_train_sources)
     it = sub.add_parser("iterate", help="iterative optimization: generate, measure, fine-tune (paper §5.3)")
     it.add_argument("--split", default="train", choices=("train", "held-out"), help="whose tasks")
     it.add_argument("--rounds", type=positive_int, default=8, help="rounds of generate, measure, fine-tune")

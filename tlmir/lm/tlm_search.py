@@ -7,7 +7,10 @@ at most `tlm_rank_max` a round) and the world-model evaluator (search/rankers.py
 the ones measured, so TLM-1 measures the evaluator's best guess of 640; it is fine-tuned
 on the task's measurements for later rounds. Unranked (`tlm@none`), the very first
 candidate is the model's greedy answer (temperature 0) and the rest are sampled,
-measured as written.
+measured as written. Where the model ships transfer sources (search/transfer_sources.py),
+`tlm_transfer_share` of each round's measurements (four of TLM-10's, none of TLM-1's) are
+the evaluator's picks among the fastest training programs of the task's kind rewritten for
+its shape.
 
 `tlm+evolutionary`: the first round is a ranked `tlm` round of a few programs picked
 from a large pool; after it, Ansor's evolutionary search runs with TLM programs in place
@@ -17,6 +20,7 @@ population and the cost model, fine-tuned on what was measured, refines it. Roun
 """
 from __future__ import annotations
 
+import math
 import os
 import threading
 from typing import TYPE_CHECKING
@@ -48,6 +52,17 @@ def cached_model(name: str):
         return _MODELS[path]
 
 
+def cached_sources(name: str):
+    """The transfer sources shipped beside a model (None where it has none), loaded once."""
+    from ..search.transfer_sources import SourceLibrary
+    from .registry import model_dir
+    path = os.path.abspath(model_dir(name))
+    with _LOCK:
+        if ("sources", path) not in _MODELS:
+            _MODELS[("sources", path)] = SourceLibrary.of_model(path)
+        return _MODELS[("sources", path)]
+
+
 class TLMSearch(RandomSearch):
     name = "tlm"
 
@@ -70,6 +85,8 @@ class TLMSearch(RandomSearch):
         self.measured: list[tuple[Candidate, float]] = []  # ranked: (candidate, throughput), to fine-tune
         self.logprob: dict[str, float] = {}  # candidate key -> the model's log-likelihood of its answers
         self.pool_size = pool_size  # ranked: programs written per round (None: per slot, as above)
+        self.sources = cached_sources(model) if space.sp.tlm_transfers else None
+        self.borrowable: list[Candidate] | None = None  # the transfers not yet measured, made once
 
     def round_size(self, done: int) -> int:
         """Ranked with `tlm_refine_after` > 0: that many first (one pool, as TLM-10 measures
@@ -79,11 +96,37 @@ class TLMSearch(RandomSearch):
             return sp.measures_per_round
         return sp.tlm_refine_after if done < sp.tlm_refine_after else sp.tlm_refine_round
 
+    def _borrow(self, n: int, exclude: set) -> list[Candidate]:
+        """`tlm_transfer_share` of n (rounded) programs of the model's transfer sources
+        rewritten for this task (search/transfer_sources.py), the evaluator's top picks
+        among the `tlm_transfers` nearest (unranked: the nearest first)."""
+        k = math.floor(n * self.space.sp.tlm_transfer_share + 0.5)
+        if self.sources is None or k <= 0:
+            return []
+        if self.borrowable is None:
+            got = self.sources.transfers(self.space, self.task, self.space.sp.tlm_transfers)
+            self.borrowable = make_candidates(self.space, self.args, got, self.lowers_features)
+        pool = [c for c in self.borrowable if c.key not in exclude]
+        if self.ranker is not None and len(pool) > k:
+            order = np.argsort(-self.ranker.score(pool), kind="stable")
+            pool = [pool[i] for i in order]
+        picks = pool[:k]
+        taken = {c.key for c in picks}
+        self.borrowable = [c for c in self.borrowable if c.key not in taken]
+        return picks
+
     def _generate(self, n: int, exclude: set) -> list[Candidate]:
-        """Up to n distinct TLM programs whose traces are not in `exclude`: the first n
-        written, or ranked, the evaluator's top n of n x tlm_rank_per_slot written (within
-        tlm_rank_min_pool .. tlm_rank_max, or `pool_size`). In a refining round, half the
-        pool is the model's variants of the best programs measured (`_variants`)."""
+        """Up to n distinct programs whose traces are not in `exclude`: some borrowed
+        (`_borrow`), the rest the TLM's: the first written, or ranked, the evaluator's top
+        of n x tlm_rank_per_slot written (within tlm_rank_min_pool .. tlm_rank_max, or
+        `pool_size`). In a refining round, half the pool is the model's variants of the
+        best programs measured (`_variants`)."""
+        borrowed = self._borrow(n, exclude)
+        if borrowed:
+            return borrowed + self._generate_own(n - len(borrowed), exclude | {c.key for c in borrowed})
+        return self._generate_own(n, exclude)
+
+    def _generate_own(self, n: int, exclude: set) -> list[Candidate]:
         if self.ranker is None or n <= 0:
             return self._write(n, exclude)
         sp = self.space.sp

@@ -170,6 +170,10 @@ class SearchParams:
                                        # all before it, up to measures_per_round (0: measures_per_round)
     tlm_refine_after: int = 0          # ranked tlm: > 0: after this many measured (one pool), rounds of
     tlm_refine_round: int = 11         # this many, half of whose pool is the model's variants of the best
+    tlm_transfers: int = 16            # tlm: the model's transfer sources rewritten for the task
+                                       # (search/transfer_sources.py; 0, or a model without sources: none)
+    tlm_transfer_share: float = 0.4    # ... the share of each round's measurements taken from them
+                                       # (rounded: TLM-1 none, TLM-10 four), the evaluator's top picks
     tlm_prompt: str = "host"           # the hardware a TLM's prompt names: "host", or "nearest": the
                                        # nearest class it was fine-tuned on if it was not on the host's
                                        # (tlmir.lm.prompt_hardware; not better so far, docs/model.md)
@@ -195,6 +199,9 @@ class SearchParams:
             raise ScheduleError(f"SearchParams: tlm_rank_per_slot and tlm_rank_max must be >= 1 and "
                                 f"tlm_rank_min_pool >= 0, got {self.tlm_rank_per_slot!r}, "
                                 f"{self.tlm_rank_max!r} and {self.tlm_rank_min_pool!r}")
+        if self.tlm_transfers < 0 or not 0.0 <= self.tlm_transfer_share <= 1.0:
+            raise ScheduleError(f"SearchParams: tlm_transfers must be >= 0 and tlm_transfer_share in [0, 1], "
+                                f"got {self.tlm_transfers!r} and {self.tlm_transfer_share!r}")
         if self.lowering_workers < 0:
             raise ScheduleError(f"SearchParams.lowering_workers must be >= 0, got {self.lowering_workers!r}")
         if self.pack_max_repeat < 1:

@@ -74,3 +74,16 @@ def task_type(task) -> str:
             break
         words.append(w)
     return "_".join(words) or task.name
+
+
+_KERNEL = re.compile(r"\d+x\d+$")
+
+
+def category(task: Task) -> str:
+    """Op family, plus the kernel size for convolutions (1x1 and 3x3 convs differ in kind)."""
+    kind = task_type(task)
+    if "conv" in kind:
+        rest = task.name[len(kind):].split("_")
+        kernel = next((w for w in rest[2:] if _KERNEL.match(w)), "")
+        return f"{kind}_{kernel}" if kernel else kind
+    return kind

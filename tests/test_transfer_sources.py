@@ -1,0 +1,140 @@
+"""Transfer sources: the fastest program of each training task per hardware, rewritten for a
+new task's shape and measured by `tlm` beside the model's own programs."""
+import lzma
+import random
+import shutil
+
+import pytest
+
+from tlmir import ops
+from tlmir.errors import RecordError
+from tlmir.lm.registry import TUNED_MODEL
+from tlmir.runtime.records import Record
+from tlmir.runtime.target import HardwareParams, SearchParams
+from tlmir.runtime.task import Task
+from tlmir.schedule.space import SearchSpace
+from tlmir.search.strategy import make_strategy
+from tlmir.workloads.common import task_name
+from tlmir.search.transfer_sources import SOURCES_FILE, SourceLibrary, source_category
+
+from schedutil import assert_program_matches
+
+HW2 = HardwareParams(cores=2)
+AVX2 = HardwareParams(isa="avx2", vector_lanes=8, cores=2)
+
+
+def _task(op) -> Task:
+    """A task named as the workloads name theirs (family, shape, kernel, groups)."""
+    return Task.from_op(op, name=task_name(op))
+
+
+def _record(task: Task, trace, seconds: float, hw: HardwareParams = HW2) -> Record:
+    return Record(task_key=task.key, task_name=task.name, hw_key=hw.key, trace=trace.to_json(),
+                  seconds=[seconds], best=seconds)
+
+
+def _dense_records(tasks: list[Task], per_task: int = 4, hw: HardwareParams = HW2) -> list[Record]:
+    rng, out = random.Random(1), []
+    for t in tasks:
+        space = SearchSpace(t.outputs, hw)
+        for i in range(per_task):
+            out.append(_record(t, space.sample(rng)[1], 1e-3 * (i + 1), hw))
+    return out
+
+
+def test_a_grouped_conv_is_its_own_category():
+    grouped = _task(ops.conv2d_bias_relu(1, 8, 10, 10, 8, 3, 3, padding=1, groups=4))
+    plain = _task(ops.conv2d_bias_relu(1, 8, 10, 10, 8, 3, 3, padding=1))
+    dense = _task(ops.dense(16, 32, 8))
+    assert source_category(plain) == "conv2d_bias_relu_3x3"
+    assert source_category(grouped) == "conv2d_bias_relu_3x3_grouped"
+    assert source_category(dense) == "dense"
+
+
+def test_the_library_keeps_each_training_tasks_fastest_program_per_hardware(tmp_path):
+    a, b = _task(ops.dense(16, 32, 8)), _task(ops.dense(32, 64, 16))
+    unknown = _task(ops.dense(8, 8, 8))  # not a training task: never a source
+    recs = _dense_records([a, b]) + _dense_records([a], hw=AVX2) + _dense_records([unknown])
+    lib = SourceLibrary.from_records(recs, {a.key: a, b.key: b})
+    assert len(lib) == 3 and {s.task_key for s in lib.by_type["dense"]} == {a.key, b.key}
+    fastest = {(r.task_key, r.hw_key): r.trace for r in recs if r.best == 1e-3}
+    for s in lib.by_type["dense"]:
+        assert s.trace == fastest[(s.task_key, s.hw_key)]
+        assert s.gflops == pytest.approx({a.key: a, b.key: b}[s.task_key].flops / 1e-3 / 1e9, rel=1e-3)
+    lib.save(str(tmp_path / SOURCES_FILE))
+    again = SourceLibrary.of_model(str(tmp_path))
+    assert again.by_type == lib.by_type
+    assert SourceLibrary.of_model(str(tmp_path / "none")) is None
+
+
+def test_a_broken_library_is_named(tmp_path):
+    path = tmp_path / SOURCES_FILE
+    path.write_bytes(b"not xz")
+    with pytest.raises(RecordError, match=f"transfer sources {path}: unreadable"):
+        SourceLibrary.load(str(path))
+    with lzma.open(path, "wt") as f:
+        f.write('{"task_key": "k"}\n')
+    with pytest.raises(RecordError, match="unreadable"):
+        SourceLibrary.load(str(path))
+
+
+def test_nearest_sources_put_the_category_and_this_hardware_first():
+    target = _task(ops.conv2d_bias_relu(1, 8, 12, 12, 8, 3, 3, padding=1))
+    same = _task(ops.conv2d_bias_relu(1, 4, 10, 10, 8, 3, 3, padding=1))
+    other_kernel = _task(ops.conv2d_bias_relu(1, 4, 10, 10, 8, 1, 1))
+    other_host = HardwareParams(cores=8)
+    recs = []
+    for task, seconds, hw in ((same, 2e-3, HW2), (other_kernel, 1e-4, HW2), (same, 1e-4, other_host),
+                              (target, 1e-5, HW2), (same, 1e-5, AVX2)):
+        recs.append(_record(task, SearchSpace(task.outputs, hw).sample(random.Random(0))[1], seconds, hw))
+    lib = SourceLibrary.from_records(recs, {t.key: t for t in (target, same, other_kernel)})
+    got = [(s.task_key, s.hw_key) for s in lib.nearest(target, HW2.key)]
+    # its own program and the AVX2 host's are no sources; the same 3x3 kernel first, this host first
+    assert got == [(same.key, HW2.key), (same.key, other_host.key), (other_kernel.key, HW2.key)]
+
+
+def test_transferred_sources_compile_and_match_numpy():
+    sources = [_task(ops.dense(16 * i, 32, 24, bias=True, act="gelu")) for i in (1, 2, 3)]
+    op = ops.dense(40, 48, 16, bias=True, act="gelu")
+    target = _task(op)
+    lib = SourceLibrary.from_records(_dense_records(sources), {t.key: t for t in sources})
+    space = SearchSpace(target.outputs, HW2)
+    got = lib.transfers(space, target, 8)
+    assert 1 <= len(got) <= 3  # one per source task
+    assert len({trace.to_json() for _, trace in got}) == len(got)
+    ins = op.random_inputs(0)
+    want = op.run_reference(*ins)
+    for sch, trace in got:
+        assert_program_matches(sch, op, ins, want, trace)
+
+
+@pytest.mark.parametrize("share, borrowed", [(0.4, 4), (0.0, 0)])
+def test_tlm_measures_its_share_of_transfers_beside_its_own_programs(tmp_path, share, borrowed):
+    """TLM-10 measures four transfers, the evaluator's top picks of the library's, and six
+    of the model's programs; a model without sources measures its own only."""
+    model = tmp_path / "tlm"
+    shutil.copytree(TUNED_MODEL, model, ignore=shutil.ignore_patterns(SOURCES_FILE))
+    sources = [_task(ops.dense(16 * i, 64, 32)) for i in range(1, 9)]
+    SourceLibrary.from_records(_dense_records(sources, 1), {t.key: t for t in sources}).save(
+        str(model / SOURCES_FILE))
+    task = _task(ops.dense(24, 64, 48))
+    sp = SearchParams(tlm_rank_per_slot=4, tlm_rank_min_pool=0, tlm_transfer_share=share, tlm_transfers=6)
+    search = make_strategy("tlm", SearchSpace(task.outputs, HW2, sp), task, seed=0, model=str(model))
+    picks = search.propose(10)
+    lib = SourceLibrary.of_model(str(model))
+    transferred = {trace.to_json() for _, trace in lib.transfers(search.space, task, 6)}
+    assert len(picks) == 10 and len({c.key for c in picks}) == 10
+    assert sum(c.key in transferred for c in picks[:borrowed]) == borrowed
+    if borrowed:
+        assert len(search.borrowable) == 6 - borrowed
+        again = search.propose(10)  # the rest of the transfers, then none
+        assert sum(c.key in transferred for c in again) == 2
+    bare = tmp_path / "bare"
+    shutil.copytree(TUNED_MODEL, bare, ignore=shutil.ignore_patterns(SOURCES_FILE))
+    assert make_strategy("tlm", SearchSpace(task.outputs, HW2, sp), task, model=str(bare)).sources is None
+
+
+def test_search_params_refuse_a_share_outside_zero_to_one():
+    from tlmir.errors import ScheduleError
+    with pytest.raises(ScheduleError, match="tlm_transfer_share"):
+        SearchParams(tlm_transfer_share=1.5)

@@ -1,0 +1,137 @@
+"""The programs a new task borrows: each training task's fastest program per hardware.
+
+The language model learns from the fastest programs measured on training tasks, but a
+0.9 M-parameter model reproduces them only roughly on a shape it has not seen. A
+`SourceLibrary` keeps those programs themselves: for a new task, `transfers` rewrites the
+fastest programs of tasks of the same operator (search/transfer.py) for its shape, and
+`tlm` measures some of them beside the model's own programs (the model's training data
+read directly, as transfer tuning reads a tuning log). Only training tasks are sources:
+the library is built from the records of the training split, never of held-out networks.
+
+The library ships beside a model (`sources.jsonl.xz` in its directory); a model without
+one measures only its own programs.
+"""
+from __future__ import annotations
+
+import json
+import lzma
+import os
+import re
+from dataclasses import asdict, dataclass
+from typing import Iterable
+
+from ..errors import RecordError
+from ..runtime.target import HardwareParams, SearchParams
+from ..runtime.task import Task, category, task_type
+from ..schedule.decider import Trace
+from ..schedule.schedule import Schedule
+from ..schedule.space import SearchSpace
+from .transfer import transfer
+
+SOURCES_FILE = "sources.jsonl.xz"
+_GROUPS = re.compile(r"_g\d+(_|$)")
+
+
+def source_category(task: Task) -> str:
+    """`category` (the op family, with a convolution's kernel size) and whether a
+    convolution is grouped: a grouped 3x3 conv borrows from grouped convs first."""
+    grouped = "conv" in task_type(task) and _GROUPS.search(task.name[len(task_type(task)):])
+    return category(task) + ("_grouped" if grouped else "")
+
+
+def isa(hw_key: str) -> str:
+    """"cpu-avx512-c2-..." -> "cpu-avx512": programs of the same vector width."""
+    return "-".join(hw_key.split("-")[:2])
+
+
+@dataclass(frozen=True)
+class Source:
+    task_key: str
+    task_type: str
+    category: str
+    hw_key: str
+    gflops: float     # its throughput on hw_key
+    sketch: str       # the rules of its sketch (`str(Sketch)`): sketch ids differ between tasks
+    trace: str        # its trace, JSON
+
+
+class SourceLibrary:
+    def __init__(self, sources: Iterable[Source]):
+        self.by_type: dict[str, list[Source]] = {}
+        for s in sources:
+            self.by_type.setdefault(s.task_type, []).append(s)
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self.by_type.values())
+
+    @classmethod
+    def from_records(cls, records, tasks: dict[str, Task], sp: SearchParams | None = None) -> "SourceLibrary":
+        """The fastest verified program of every task in `tasks` (key -> Task) per hardware
+        among `records`; records of other tasks are ignored."""
+        best: dict[tuple[str, str], tuple[float, str]] = {}
+        for r in records:
+            if r.ok and r.task_key in tasks:
+                g = tasks[r.task_key].flops / r.best / 1e9
+                if g > best.get((r.task_key, r.hw_key), (0.0, ""))[0]:
+                    best[(r.task_key, r.hw_key)] = (g, r.trace)
+        sp, rules = sp or SearchParams(), {}
+        sources = []
+        for (key, hw_key), (g, trace_json) in sorted(best.items()):
+            task, trace = tasks[key], Trace.from_json(trace_json)
+            if (key, hw_key) not in rules:
+                space = SearchSpace(task.outputs, HardwareParams.from_key(hw_key), sp)
+                rules[(key, hw_key)] = [str(sk) for sk in space.sketches]
+            sketches = rules[(key, hw_key)]
+            if 0 <= trace.sketch < len(sketches):
+                sources.append(Source(key, task_type(task), source_category(task), hw_key, float(f"{g:.4g}"),
+                                      sketches[trace.sketch], trace_json))
+        return cls(sources)
+
+    def save(self, path: str) -> None:
+        with lzma.open(path, "wt") as f:
+            for group in self.by_type.values():
+                for s in group:
+                    f.write(json.dumps(asdict(s), separators=(",", ":")) + "\n")
+
+    @classmethod
+    def load(cls, path: str) -> "SourceLibrary":
+        try:
+            with lzma.open(path, "rt") as f:
+                return cls(Source(**json.loads(line)) for line in f if line.strip())
+        except (OSError, lzma.LZMAError, EOFError, ValueError, TypeError) as e:
+            raise RecordError(f"transfer sources {path}: unreadable ({e})") from None
+
+    @classmethod
+    def of_model(cls, model_dir: str) -> "SourceLibrary | None":
+        """The library shipped in a model directory, or None where it has none."""
+        path = os.path.join(model_dir, SOURCES_FILE)
+        return cls.load(path) if os.path.isfile(path) else None
+
+    def nearest(self, task: Task, hw_key: str) -> list[Source]:
+        """Sources for `task` on `hw_key`, best first: the same category before the rest of
+        the op, this hardware before others of its vector width (other widths are not
+        sources), each group by throughput. The task's own programs are left out."""
+        cat, width = source_category(task), isa(hw_key)
+        mine = [s for s in self.by_type.get(task_type(task), [])
+                if s.task_key != task.key and isa(s.hw_key) == width]
+        return sorted(mine, key=lambda s: (s.category != cat, s.hw_key != hw_key, -s.gflops, s.task_key))
+
+    def transfers(self, space: SearchSpace, task: Task, limit: int) -> list[tuple[Schedule, Trace]]:
+        """Up to `limit` distinct programs for `task`, the nearest sources rewritten for
+        its shape; one per source task (a task's programs on two hosts are often one)."""
+        out, used, traces = [], set(), set()
+        for s in self.nearest(task, space.hw.key):
+            if len(out) == limit:
+                break
+            if s.task_key in used:
+                continue
+            got = transfer(space, Trace.from_json(s.trace), s.sketch)
+            if got is None:
+                continue
+            used.add(s.task_key)
+            key = got[1].to_json()
+            if key not in traces:
+                traces.add(key)
+                out.append(got)
+        return out
+
