@@ -118,7 +118,7 @@ def test_ranked_tlm_picks_one_program_from_at_least_the_minimum_pool():
     task = Task.from_op(ops.dense(16, 64, 64))
     sizes = []
     for min_pool, cap in ((24, 1024), (24, 16)):
-        sp = SearchParams(tlm_rank_per_slot=4, tlm_rank_min_pool=min_pool, tlm_rank_max=cap)
+        sp = SearchParams(tlm_rank_per_slot=4, tlm_rank_min_pool=min_pool, tlm_rank_max=cap, tlm_transfers=0)
         search = make_strategy("tlm", SearchSpace(task.outputs, host_hardware(), sp), task, seed=0)
         asked = []
         write = search._write

@@ -110,8 +110,8 @@ def test_transferred_sources_compile_and_match_numpy():
 
 @pytest.mark.parametrize("share, borrowed", [(0.4, 4), (0.0, 0)])
 def test_tlm_measures_its_share_of_transfers_beside_its_own_programs(tmp_path, share, borrowed):
-    """TLM-10 measures four transfers, the evaluator's top picks of the library's, and six
-    of the model's programs; a model without sources measures its own only."""
+    """At share 0.4 TLM-10 measures four transfers, the evaluator's top picks of the
+    library's, and six of the model's programs; a model without sources measures its own only."""
     model = tmp_path / "tlm"
     shutil.copytree(TUNED_MODEL, model, ignore=shutil.ignore_patterns(SOURCES_FILE))
     sources = [_task(ops.dense(16 * i, 64, 32)) for i in range(1, 9)]

@@ -8,7 +8,7 @@ the ones measured, so TLM-1 measures the evaluator's best guess of 640; it is fi
 on the task's measurements for later rounds. Unranked (`tlm@none`), the very first
 candidate is the model's greedy answer (temperature 0) and the rest are sampled,
 measured as written. Where the model ships transfer sources (search/transfer_sources.py),
-`tlm_transfer_share` of each round's measurements (four of TLM-10's, none of TLM-1's) are
+`tlm_transfer_share` of each round's measurements (six of TLM-10's, TLM-1's one) are
 the evaluator's picks among the fastest training programs of the task's kind rewritten for
 its shape.
 

@@ -172,8 +172,8 @@ class SearchParams:
     tlm_refine_round: int = 11         # this many, half of whose pool is the model's variants of the best
     tlm_transfers: int = 16            # tlm: the model's transfer sources rewritten for the task
                                        # (search/transfer_sources.py; 0, or a model without sources: none)
-    tlm_transfer_share: float = 0.4    # ... the share of each round's measurements taken from them
-                                       # (rounded: TLM-1 none, TLM-10 four), the evaluator's top picks
+    tlm_transfer_share: float = 0.6    # ... the share of each round's measurements taken from them
+                                       # (rounded: TLM-1 one, TLM-10 six), the evaluator's top picks
     tlm_prompt: str = "host"           # the hardware a TLM's prompt names: "host", or "nearest": the
                                        # nearest class it was fine-tuned on if it was not on the host's
                                        # (tlmir.lm.prompt_hardware; not better so far, docs/model.md)
