@@ -10,7 +10,7 @@ on dense+GELU the best of a task ran 130-290 GFLOP/s with one- or two-row regist
 tiles, where evolutionary-1000 on a held-out shape found 375 with an 8x48 tile. Here
 each training task's fastest program (on any host with this host's vector width) is
 a source; every task of the same op family gets the `--per-task` fastest sources of
-other tasks rewritten for its shape (`tlmir.search.transfer`), first those of its
+other tasks rewritten for its shape (`tlmir.search.transfer_sources`), first those of its
 category (a 3x3 conv from 3x3 convs), and measures those it has not measured yet
 (`--tasks train`: then every other training task up to --max-gflop, which the iterate run
 never measured: their demonstrations are transfers alone)
@@ -46,16 +46,14 @@ def main() -> None:
     p.add_argument("--archive", help="export --db's records to this .jsonl.xz at the end")
     a = p.parse_args()
 
-    from tlmir.evaluate import category, representative_tasks
+    from tlmir.evaluate import representative_tasks
     from tlmir.lm.iterate import by_type, running_tasks
     from tlmir.runtime.records import RecordDB, export_jsonl, read_records
     from tlmir.runtime.target import SearchParams, host_hardware
-    from tlmir.runtime.task import task_type
-    from tlmir.schedule.decider import Trace
     from tlmir.schedule.space import SearchSpace
     from tlmir.search.measurer import Measurer
     from tlmir.search.strategy import make_candidate
-    from tlmir.search.transfer import transfer
+    from tlmir.search.transfer_sources import SourceLibrary
     from tlmir.search.tune import measure_candidate
     from tlmir.workloads import split_tasks
 
@@ -68,62 +66,24 @@ def main() -> None:
     if a.tasks == "train":
         mine = {t.key for t in targets}
         targets += by_type([t for t in train.values() if t.key not in mine and t.flops <= a.max_gflop * 1e9])
-    same_isa = "-".join(hw.key.split("-")[:2]) + "-"   # "cpu-avx512-": the same vector width
+    records = read_records(a.records)
     seen: dict[str, set] = collections.defaultdict(set)          # task -> traces measured here
     host_best: dict[str, float] = {}                             # task -> best seconds here
-    best_of: dict[tuple, tuple] = {}                             # (task, hw) -> (gflops, trace)
-    for r in read_records(a.records):
-        if r.task_key not in train or not r.hw_key.startswith(same_isa):
-            continue
-        if r.hw_key == hw.key:
+    for r in records:
+        if r.hw_key == hw.key and r.task_key in train:
             seen[r.task_key].add(normalized(r.trace))
             if r.ok:
                 host_best[r.task_key] = min(host_best.get(r.task_key, math.inf), r.best)
-        if r.ok:
-            g = train[r.task_key].flops / r.best / 1e9
-            k = (r.task_key, r.hw_key)
-            if g > best_of.get(k, (0.0, ""))[0]:
-                best_of[k] = (g, r.trace)
-    # sources per family as (category, another host's, -GFLOP/s, task, trace): this host's
-    # throughput ranks its own sources, another host's are ranked after them by theirs
-    family: dict[str, list] = collections.defaultdict(list)
-    for (key, hkey), (g, trace) in best_of.items():
-        t = train[key]
-        family[task_type(t)].append((category(t), hkey != hw.key, -g, key, trace))
-    sketches: dict[str, list] = {}
-
-    def sketch_rules(key: str) -> list:
-        if key not in sketches:
-            sketches[key] = [str(s) for s in SearchSpace(train[key].outputs, hw, sp).sketches]
-        return sketches[key]
-
+    library = SourceLibrary.from_records(records, train, sp)  # training tasks only
     db = RecordDB(a.db)
     meas = Measurer(hw=hw)
     t0, measured = time.perf_counter(), 0
     try:
         for n, task in enumerate(targets):
-            mine = {normalized(r.trace) for r in db.records(task.key, hw.key)}
-            cat = category(task)
-            ranked = sorted(family.get(task_type(task), []), key=lambda s: (s[0] != cat,) + s[1:3])
+            mine = {normalized(r.trace) for r in db.records(task.key, hw.key)} | seen[task.key]
             space = SearchSpace(task.outputs, hw, sp)
-            plan, used, planned = [], set(), set()
-            for _, _, _, key, trace_json in ranked:
-                if len(plan) == a.per_task:
-                    break
-                if key == task.key or key in used:
-                    continue
-                source = Trace.from_json(trace_json)
-                rules = sketch_rules(key)
-                if not 0 <= source.sketch < len(rules):
-                    continue
-                got = transfer(space, source, rules[source.sketch])
-                if got is None:
-                    continue
-                used.add(key)
-                tj = got[1].to_json()
-                if tj not in seen[task.key] and tj not in mine and tj not in planned:
-                    planned.add(tj)
-                    plan.append(got)
+            plan = [got for got in library.transfers(space, task, 4 * a.per_task)
+                    if got[1].to_json() not in mine][: a.per_task]
             best = host_best.get(task.key, math.inf)
             gained = []
             for sch_trace in plan:
