@@ -82,8 +82,7 @@ def main() -> None:
         for n, task in enumerate(targets):
             mine = {normalized(r.trace) for r in db.records(task.key, hw.key)} | seen[task.key]
             space = SearchSpace(task.outputs, hw, sp)
-            plan = [got for got in library.transfers(space, task, 4 * a.per_task)
-                    if got[1].to_json() not in mine][: a.per_task]
+            plan = library.transfers(space, task, a.per_task, exclude=frozenset(mine))
             best = host_best.get(task.key, math.inf)
             gained = []
             for sch_trace in plan:

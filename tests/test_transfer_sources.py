@@ -102,6 +102,8 @@ def test_transferred_sources_compile_and_match_numpy():
     got = lib.transfers(space, target, 8)
     assert 1 <= len(got) <= 3  # one per source task
     assert len({trace.to_json() for _, trace in got}) == len(got)
+    first = got[0][1].to_json()
+    assert first not in {t.to_json() for _, t in lib.transfers(space, target, 8, exclude=frozenset({first}))}
     ins = op.random_inputs(0)
     want = op.run_reference(*ins)
     for sch, trace in got:

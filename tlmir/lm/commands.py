@@ -108,8 +108,8 @@ def cmd_train_sources(args) -> None:
     lib = SourceLibrary.from_records(read_records(args.records), train)
     out = os.path.join(args.out, SOURCES_FILE) if os.path.isdir(args.out) else args.out
     lib.save(out)
-    print(f"{len(lib)} sources ({len({k for g in lib.by_type.values() for k in (s.task_key for s in g)})} "
-          f"training tasks) -> {out}")
+    tasks = {s.task_key for group in lib.by_type.values() for s in group}
+    print(f"{len(lib)} sources ({len(tasks)} training tasks) -> {out}")
 
 
 def cmd_iterate(args) -> None:

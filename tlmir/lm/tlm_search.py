@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 DEFAULT_MODEL = "default"
 _MODELS: dict = {}
+_SOURCES: dict = {}  # model directory -> its SourceLibrary, or None
 _LOCK = threading.Lock()
 
 
@@ -58,9 +59,9 @@ def cached_sources(name: str):
     from .registry import model_dir
     path = os.path.abspath(model_dir(name))
     with _LOCK:
-        if ("sources", path) not in _MODELS:
-            _MODELS[("sources", path)] = SourceLibrary.of_model(path)
-        return _MODELS[("sources", path)]
+        if path not in _SOURCES:
+            _SOURCES[path] = SourceLibrary.of_model(path)
+        return _SOURCES[path]
 
 
 class TLMSearch(RandomSearch):

@@ -35,7 +35,8 @@ _GROUPS = re.compile(r"_g\d+(_|$)")
 def source_category(task: Task) -> str:
     """`category` (the op family, with a convolution's kernel size) and whether a
     convolution is grouped: a grouped 3x3 conv borrows from grouped convs first."""
-    grouped = "conv" in task_type(task) and _GROUPS.search(task.name[len(task_type(task)):])
+    kind = task_type(task)
+    grouped = "conv" in kind and _GROUPS.search(task.name[len(kind):])
     return category(task) + ("_grouped" if grouped else "")
 
 
@@ -74,14 +75,10 @@ class SourceLibrary:
                 g = tasks[r.task_key].flops / r.best / 1e9
                 if g > best.get((r.task_key, r.hw_key), (0.0, ""))[0]:
                     best[(r.task_key, r.hw_key)] = (g, r.trace)
-        sp, rules = sp or SearchParams(), {}
-        sources = []
+        sp, sources = sp or SearchParams(), []
         for (key, hw_key), (g, trace_json) in sorted(best.items()):
             task, trace = tasks[key], Trace.from_json(trace_json)
-            if (key, hw_key) not in rules:
-                space = SearchSpace(task.outputs, HardwareParams.from_key(hw_key), sp)
-                rules[(key, hw_key)] = [str(sk) for sk in space.sketches]
-            sketches = rules[(key, hw_key)]
+            sketches = [str(sk) for sk in SearchSpace(task.outputs, HardwareParams.from_key(hw_key), sp).sketches]
             if 0 <= trace.sketch < len(sketches):
                 sources.append(Source(key, task_type(task), source_category(task), hw_key, float(f"{g:.4g}"),
                                       sketches[trace.sketch], trace_json))
@@ -116,10 +113,12 @@ class SourceLibrary:
                 if s.task_key != task.key and isa(s.hw_key) == width]
         return sorted(mine, key=lambda s: (s.category != cat, s.hw_key != hw_key, -s.gflops, s.task_key))
 
-    def transfers(self, space: SearchSpace, task: Task, limit: int) -> list[tuple[Schedule, Trace]]:
+    def transfers(self, space: SearchSpace, task: Task, limit: int,
+                  exclude: frozenset = frozenset()) -> list[tuple[Schedule, Trace]]:
         """Up to `limit` distinct programs for `task`, the nearest sources rewritten for
-        its shape; one per source task (a task's programs on two hosts are often one)."""
-        out, used, traces = [], set(), set()
+        its shape, none whose trace (JSON) is in `exclude`; one per source task (a task's
+        programs on two hosts are often one)."""
+        out, used, traces = [], set(), set(exclude)
         for s in self.nearest(task, space.hw.key):
             if len(out) == limit:
                 break
