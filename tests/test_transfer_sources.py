@@ -15,7 +15,8 @@ from tlmir.runtime.task import Task
 from tlmir.schedule.space import SearchSpace
 from tlmir.search.strategy import make_strategy
 from tlmir.workloads.common import task_name
-from tlmir.search.transfer_sources import SOURCES_FILE, SourceLibrary, source_category
+from tlmir.search.transfer_sources import (SOURCES_FILE, Source, SourceLibrary, shape_distance, shape_signature,
+                                          source_category)
 
 from schedutil import assert_program_matches
 
@@ -91,6 +92,26 @@ def test_nearest_sources_put_the_category_and_this_hardware_first():
     got = [(s.task_key, s.hw_key) for s in lib.nearest(target, HW2.key)]
     # its own program and the AVX2 host's are no sources; the same 3x3 kernel first, this host first
     assert got == [(same.key, HW2.key), (same.key, other_host.key), (other_kernel.key, HW2.key)]
+
+
+def test_nearest_sources_of_a_category_go_by_shape_then_throughput():
+    """A depthwise conv borrows from the depthwise convs of its own shape before the
+    fastest ones of other shapes; within a factor of about two, the faster first."""
+    target = _task(ops.depthwise_conv2d_nchw(1, 64, 14, 14, 3, 3, padding=1))
+    near = _task(ops.depthwise_conv2d_nchw(1, 56, 14, 14, 3, 3, padding=1))
+    nearer_slow = _task(ops.depthwise_conv2d_nchw(1, 64, 12, 14, 3, 3, padding=1))
+    far_fast = _task(ops.depthwise_conv2d_nchw(1, 8, 56, 56, 3, 3, padding=1))
+    assert shape_distance(shape_signature(target), shape_signature(target)) == 0.0
+    assert shape_distance(shape_signature(target), shape_signature(near)) < 1.0
+    assert shape_distance(shape_signature(target), shape_signature(far_fast)) > 10.0
+    assert shape_distance(shape_signature(target), ()) == float("inf")
+    recs = [_record(t, SearchSpace(t.outputs, HW2).sample(random.Random(0))[1], t.flops / g / 1e9)
+            for t, g in ((near, 100.0), (nearer_slow, 50.0), (far_fast, 400.0))]
+    lib = SourceLibrary.from_records(recs, {t.key: t for t in (near, nearer_slow, far_fast)})
+    assert [s.task_key for s in lib.nearest(target, HW2.key)] == [near.key, nearer_slow.key, far_fast.key]
+    # a library written before shapes were kept: throughput alone orders it
+    old = SourceLibrary(Source(**{**s.__dict__, "shape": ()}) for s in lib.by_type["depthwise_conv2d"])
+    assert [s.task_key for s in old.nearest(target, HW2.key)] == [far_fast.key, near.key, nearer_slow.key]
 
 
 def test_transferred_sources_compile_and_match_numpy():

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import lzma
+import math
 import os
 import re
 from dataclasses import asdict, dataclass
@@ -40,6 +41,21 @@ def source_category(task: Task) -> str:
     return category(task) + ("_grouped" if grouped else "")
 
 
+def shape_signature(task: Task) -> tuple[int, ...]:
+    """Every dimension of the task's tensors, inputs then outputs: two tasks of one op
+    family compare dimension by dimension (sizes, channels, reduction extents)."""
+    return tuple(int(d) for t in task.inputs + task.outputs for d in t.shape)
+
+
+def shape_distance(a: tuple[int, ...], b: tuple[int, ...]) -> float:
+    """How far apart two shape signatures are: the sum over dimensions of |log2 ratio|
+    (a 512- vs 576-channel 14x14 depthwise conv: 0.5; vs a 24-channel 96x96 one: 25);
+    `math.inf` where they do not compare (different ranks, or one unknown)."""
+    if not a or len(a) != len(b):
+        return math.inf
+    return sum(abs(math.log2(max(x, 1)) - math.log2(max(y, 1))) for x, y in zip(a, b))
+
+
 def isa(hw_key: str) -> str:
     """"cpu-avx512-c2-..." -> "cpu-avx512": programs of the same vector width."""
     return "-".join(hw_key.split("-")[:2])
@@ -54,6 +70,10 @@ class Source:
     gflops: float     # its throughput on hw_key
     sketch: str       # the rules of its sketch (`str(Sketch)`): sketch ids differ between tasks
     trace: str        # its trace, JSON
+    shape: tuple[int, ...] = ()  # its task's `shape_signature` (empty in libraries older than it)
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", tuple(self.shape))  # a JSON list read back
 
 
 class SourceLibrary:
@@ -81,7 +101,7 @@ class SourceLibrary:
             sketches = [str(sk) for sk in SearchSpace(task.outputs, HardwareParams.from_key(hw_key), sp).sketches]
             if 0 <= trace.sketch < len(sketches):
                 sources.append(Source(key, task_type(task), source_category(task), hw_key, float(f"{g:.4g}"),
-                                      sketches[trace.sketch], trace_json))
+                                      sketches[trace.sketch], trace_json, shape_signature(task)))
         return cls(sources)
 
     def save(self, path: str) -> None:
@@ -107,11 +127,19 @@ class SourceLibrary:
     def nearest(self, task: Task, hw_key: str) -> list[Source]:
         """Sources for `task` on `hw_key`, best first: the same category before the rest of
         the op, this hardware before others of its vector width (other widths are not
-        sources), each group by throughput. The task's own programs are left out."""
-        cat, width = source_category(task), isa(hw_key)
+        sources), then by shape (`shape_distance` in whole steps: within a factor of two
+        overall is one step), each step by throughput. A program tuned for a 512-channel
+        14x14 map transfers to a 576-channel one; the fastest program of the op, tuned for
+        a 96x96 map of 24 channels, does not. The task's own programs are left out."""
+        cat, width, shape = source_category(task), isa(hw_key), shape_signature(task)
+
+        def step(s: Source) -> float:
+            d = shape_distance(shape, s.shape)
+            return math.inf if d == math.inf else math.floor(d)
+
         mine = [s for s in self.by_type.get(task_type(task), [])
                 if s.task_key != task.key and isa(s.hw_key) == width]
-        return sorted(mine, key=lambda s: (s.category != cat, s.hw_key != hw_key, -s.gflops, s.task_key))
+        return sorted(mine, key=lambda s: (s.category != cat, s.hw_key != hw_key, step(s), -s.gflops, s.task_key))
 
     def transfers(self, space: SearchSpace, task: Task, limit: int,
                   exclude: frozenset = frozenset()) -> list[tuple[Schedule, Trace]]:
