@@ -67,6 +67,39 @@ def resnext50_32x4d(n: int = 1) -> Net:
     return resnet((3, 4, 6, 3), True, n, groups=32, width_per_group=4)
 
 
+# ------------------------------------------------------------------ RegNetX
+
+# torchvision's RegNetX configurations: (depths, widths, group width) per stage
+REGNET_X = {
+    "400mf": ((1, 2, 7, 12), (32, 64, 160, 400), 16),
+    "800mf": ((1, 3, 7, 5), (64, 128, 288, 672), 16),
+    "1.6gf": ((2, 4, 10, 2), (72, 168, 408, 912), 24),
+    "3.2gf": ((2, 6, 15, 2), (96, 192, 432, 1008), 48),
+}
+
+
+def regnet_x(config: str = "400mf", n: int = 1, image: int = 224) -> Net:
+    """torchvision RegNetX: a 32-channel 3x3 stem, then per stage bottleneck blocks (1x1,
+    grouped 3x3 of `width / group width` groups carrying the stage's stride, 1x1 without
+    ReLU, a 1x1 projection where the shape changes, residual add + ReLU)."""
+    depths, widths, group_width = REGNET_X[config]
+    net = Net(n)
+    c, h, w = net.conv(3, image, image, 32, 3, stride=2, padding=1)
+    for depth, width in zip(depths, widths):
+        for b in range(depth):
+            stride = 2 if b == 0 else 1
+            if stride != 1 or c != width:
+                net.conv(c, h, w, width, 1, stride=stride, relu=False)      # projection
+            k, p, q = net.conv(c, h, w, width, 1)
+            k, p, q = net.conv(k, p, q, width, 3, stride=stride, padding=1, groups=width // group_width)
+            k, p, q = net.conv(k, p, q, width, 1, relu=False)
+            net.residual((n, k, p, q), relu=True)
+            c, h, w = k, p, q
+    c, h, w = net.global_pool(c, h, w)
+    net.dense(n, 1000, c)
+    return net
+
+
 # ------------------------------------------------------------------ MobileNets
 
 
