@@ -390,3 +390,18 @@ def test_fine_tuning_is_stopped_while_programs_are_timed(tmp_path):
         proc.kill()
         proc.join()
         it.db.close()
+
+
+def test_each_fine_tuned_model_borrows_the_start_models_sources_and_the_runs_programs(tmp_path):
+    from tlmir.search.transfer_sources import SOURCES_FILE, SourceLibrary
+    from tlmir.lm.registry import model_dir
+    task = Task.from_op(ops.softmax(8, 64))
+    it = Iteration(str(tmp_path / "run"), "base", [task], IterateConfig(rounds=1, start_model="tlm"), log=None)
+    _, trace = SearchSpace(task.outputs, it.hw, it.sp).sample(random.Random(0))
+    it.db.append(Record(task.key, task.name, it.hw.key, trace.to_json(), [1e-5], strategy="iterate"))
+    it._write_sources(str(tmp_path / "sft"))
+    got = SourceLibrary.load(str(tmp_path / "sft" / SOURCES_FILE))
+    shipped = SourceLibrary.of_model(model_dir("tlm"))
+    assert len(got) == len(shipped) + 1
+    mine = [s for s in got.by_type["softmax"] if s.task_key == task.key]
+    assert [(s.trace, s.hw_key) for s in mine] == [(trace.to_json(), it.hw.key)]

@@ -68,6 +68,21 @@ def test_the_library_keeps_each_training_tasks_fastest_program_per_hardware(tmp_
     assert SourceLibrary.of_model(str(tmp_path / "none")) is None
 
 
+def test_merged_libraries_keep_the_faster_program_of_a_task():
+    a, b = _task(ops.dense(16, 32, 8)), _task(ops.dense(32, 64, 16))
+    tasks = {a.key: a, b.key: b}
+    recs = _dense_records([a, b])  # a task's fastest: 1 ms
+    old = SourceLibrary.from_records(recs, tasks)
+    faster = _record(a, SearchSpace(a.outputs, HW2).sample(random.Random(9))[1], 5e-4)
+    new = SourceLibrary.from_records([faster] + _dense_records([b], hw=AVX2), tasks)
+    both = old.merge(new)
+    assert len(both) == 3
+    got = {(s.task_key, s.hw_key): s.trace for s in both.by_type["dense"]}
+    assert got[(a.key, HW2.key)] == faster.trace
+    assert got[(b.key, HW2.key)] == next(s.trace for s in old.by_type["dense"] if s.task_key == b.key)
+    assert new.merge(old).by_type.keys() == both.by_type.keys() and len(new.merge(old)) == 3
+
+
 def test_a_broken_library_is_named(tmp_path):
     path = tmp_path / SOURCES_FILE
     path.write_bytes(b"not xz")

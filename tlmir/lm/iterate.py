@@ -353,6 +353,7 @@ class Iteration:
             return
         if os.path.isdir(self._sft_dir(rnd)):
             shutil.rmtree(self._sft_dir(rnd))  # unfinished, from a killed run: start it over
+        self._write_sources(self._sft_dir(rnd))
         ctx = mp.get_context("spawn")
         proc = ctx.Process(target=_sft_process, daemon=True,
                            args=(self.base, sentences, self._sft_dir(rnd), asdict(self.cfg),
@@ -362,6 +363,19 @@ class Iteration:
         what = "programs with their quality" if quality else "demonstrations"
         self.log(f"[iterate] fine-tuning on {len(sentences)} {what} -> {self._sft_dir(rnd)} "
                  f"(pid {proc.pid}, in the background)")
+
+    def _write_sources(self, directory: str) -> None:
+        """The transfer sources of the model fine-tuned into `directory`: the start model's
+        library updated with this run's fastest program of every task, so the model
+        borrows what the run measured (search/transfer_sources.py)."""
+        from ..search.transfer_sources import SOURCES_FILE, SourceLibrary
+        lib = SourceLibrary.from_records(self.db.records(ok_only=True), self.tasks, self.sp)
+        start = SourceLibrary.of_model(self.start)
+        if start is not None:
+            lib = start.merge(lib)
+        if len(lib):
+            os.makedirs(directory, exist_ok=True)
+            lib.save(os.path.join(directory, SOURCES_FILE))
 
     def _sft_running(self) -> bool:
         if self._sft is None:

@@ -104,6 +104,18 @@ class SourceLibrary:
                                       sketches[trace.sketch], trace_json, shape_signature(task)))
         return cls(sources)
 
+    def merge(self, other: "SourceLibrary") -> "SourceLibrary":
+        """Both libraries, the faster program where both hold a task on a hardware (a
+        model's library updated with a new run's programs)."""
+        best: dict[tuple[str, str], Source] = {}
+        for lib in (self, other):
+            for group in lib.by_type.values():
+                for s in group:
+                    key = (s.task_key, s.hw_key)
+                    if key not in best or s.gflops > best[key].gflops:
+                        best[key] = s
+        return SourceLibrary(best[k] for k in sorted(best))
+
     def save(self, path: str) -> None:
         with lzma.open(path, "wt") as f:
             for group in self.by_type.values():
