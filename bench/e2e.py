@@ -1,7 +1,7 @@
 """Whole PyTorch models run end to end on tlmir kernels, against PyTorch eager and Inductor.
 
     .venv/bin/python bench/e2e.py [--models resnet50,mobilenet_v2,bert-base,llama-layer]
-        [--strategy tlm] [--trials-per-task 10] [--db runs/e2e.db] [--threads 1,2]
+        [--strategy tlm] [--trials-per-task 10] [--model default] [--db runs/e2e.db] [--threads 1,2]
         [--repeat 20] [--no-inductor] [--progress] [--json out.json]
 
 Per model: import (torch.export + fusion), tune every task with --strategy into --db (a
@@ -50,6 +50,7 @@ def main() -> None:
     p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated subset of {', '.join(MODELS)}")
     p.add_argument("--strategy", default="tlm", help="tune strategy; 'none' for untuned default schedules")
     p.add_argument("--trials-per-task", type=int, default=10)
+    p.add_argument("--model", default="default", help="the TLM of the tlm strategies: default, base or a directory")
     p.add_argument("--db", default="runs/e2e.db")
     p.add_argument("--threads", default="1,2")
     p.add_argument("--repeat", type=int, default=20)
@@ -70,7 +71,7 @@ def main() -> None:
         t0 = time.perf_counter()
         imported = frontend.import_model(model, inputs, name)
         cm = frontend.compile(imported, None, strategy=strategy, trials_per_task=a.trials_per_task,
-                              db=a.db, progress=a.progress)
+                              db=a.db, tlm_model=a.model, progress=a.progress)
         build_s = time.perf_counter() - t0
         with torch.no_grad():
             ref = first_tensor(model(*inputs))

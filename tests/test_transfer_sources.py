@@ -15,8 +15,9 @@ from tlmir.runtime.task import Task
 from tlmir.schedule.space import SearchSpace
 from tlmir.search.strategy import make_strategy
 from tlmir.workloads.common import task_name
-from tlmir.search.transfer_sources import (SOURCES_FILE, Source, SourceLibrary, shape_distance, shape_signature,
-                                          source_category)
+from tlmir.search.transfer import epilogue_form
+from tlmir.search.transfer_sources import (SOURCES_FILE, Source, SourceLibrary, op_family, shape_distance,
+                                          shape_signature, source_category)
 
 from schedutil import assert_program_matches
 
@@ -140,6 +141,31 @@ def test_transferred_sources_compile_and_match_numpy():
     assert len({trace.to_json() for _, trace in got}) == len(got)
     first = got[0][1].to_json()
     assert first not in {t.to_json() for _, t in lib.transfers(space, target, 8, exclude=frozenset({first}))}
+    ins = op.random_inputs(0)
+    want = op.run_reference(*ins)
+    for sch, trace in got:
+        assert_program_matches(sch, op, ins, want, trace)
+
+
+def test_an_op_borrows_from_its_family_whatever_the_epilogue():
+    """dense + bias + GELU has no source of its own type here: it borrows dense + bias
+    programs, their sketches matched with the epilogue stage renamed, and they compute
+    the right thing."""
+    assert op_family("dense_bias_gelu") == op_family("dense") == "dense"
+    assert op_family("conv2d_transpose_tanh") == "conv2d_transpose" and op_family("silu_mul") == "silu"
+    assert epilogue_form("gelu:skip, bias:inline, D:tile_fuse1, W:packD") == ("@out:skip, D:tile_fuse1, W:packD", "gelu")
+    assert epilogue_form("D:cache_write1") == ("D:cache_write1", None)
+    sources = [_task(ops.dense(16 * i, 48, 24, bias=True)) for i in (1, 2, 3)]
+    op = ops.dense(40, 48, 16, bias=True, act="gelu")
+    target = _task(op)
+    lib = SourceLibrary.from_records(_dense_records(sources), {t.key: t for t in sources})
+    assert {s.task_key for s in lib.nearest(target, HW2.key)} == {t.key for t in sources}
+    space = SearchSpace(target.outputs, HW2)
+    got = lib.transfers(space, target, 8)
+    assert len(got) == 3
+    forms = {epilogue_form(s.sketch)[0] for s in lib.by_type["dense_bias"]}
+    for sch, trace in got:
+        assert epilogue_form(str(space.sketches[trace.sketch]))[0] in forms
     ins = op.random_inputs(0)
     want = op.run_reference(*ins)
     for sch, trace in got:

@@ -77,13 +77,46 @@ class TransferDecider(Decider):
         return options[0]
 
 
+def epilogue_form(rules: str) -> tuple[str, str | None]:
+    """(the sketch's rules with its element-wise epilogue made anonymous, the epilogue's
+    stage name or None). A sketch whose first (output) stage is skipped carries an
+    element-wise epilogue whose loops the tiled stage is fused into; what it computes
+    (a bias, ReLU, GELU, a residual add) does not change the schedule, and stages inlined
+    into it ask nothing. So `bias:skip, D:tile_fuse1` (dense + bias) and `gelu:skip,
+    bias:inline, D:tile_fuse1` (dense + bias + GELU) both read `@out:skip, D:tile_fuse1`."""
+    stages = [part.split(":", 1) for part in rules.split(", ")]
+    out = stages[0][0] if len(stages) > 1 and stages[0][1] == "skip" else None
+    kept = [("@out" if stage == out else stage) + ":" + rule for stage, rule in stages if rule != "inline"]
+    return ", ".join(kept), out
+
+
+def _renamed(trace: Trace, old: str, new: str) -> Trace:
+    """`trace` with the stage `old` called `new` in its questions and loop-name answers."""
+    def name(text: str) -> str:
+        return new + text[len(old):] if text == old or text.startswith(old + ".") else text
+    decisions = []
+    for q, a in trace.decisions:
+        kind, _, what = q.partition(" ")
+        decisions.append((f"{kind} {name(what)}", name(a) if isinstance(a, str) else a))
+    return Trace(trace.sketch, decisions)
+
+
 def transfer(space: SearchSpace, source: Trace, source_sketch: str) -> tuple[Schedule, Trace] | None:
     """The source program (its trace and its sketch's rules, `str(Sketch)`) rewritten for
     `space`'s task as (schedule, trace), or None where the space has no sketch with those
-    rules or an answer has no counterpart."""
-    sketch_id = next((i for i, sk in enumerate(space.sketches) if str(sk) == source_sketch), None)
-    if sketch_id is None:
-        return None
+    rules or an answer has no counterpart. Without a sketch of the same rules, one of the
+    same `epilogue_form` takes it, the epilogue stage renamed (a dense + residual add
+    borrows a dense + bias program)."""
+    rules = [str(sk) for sk in space.sketches]
+    if source_sketch in rules:
+        sketch_id = rules.index(source_sketch)
+    else:
+        form, out = epilogue_form(source_sketch)
+        match = [(i, o) for i, (f, o) in enumerate(map(epilogue_form, rules)) if f == form and out and o]
+        if not match:
+            return None
+        sketch_id, target_out = match[0]
+        source = _renamed(source, out, target_out)
     try:
         return space.apply(sketch_id, TransferDecider(source))
     except ScheduleError:

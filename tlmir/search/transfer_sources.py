@@ -41,10 +41,23 @@ def source_category(task: Task) -> str:
     return category(task) + ("_grouped" if grouped else "")
 
 
+_EPILOGUES = {"bias", "relu", "gelu", "tanh", "silu", "sigmoid", "add", "mul"}
+
+
+def op_family(kind: str) -> str:
+    """A task type without its element-wise epilogue words: dense_bias_gelu, dense_bias
+    and a dense with a residual add are all "dense" and borrow from one another."""
+    words = kind.split("_")
+    while len(words) > 1 and words[-1] in _EPILOGUES:
+        words.pop()
+    return "_".join(words)
+
+
 def shape_signature(task: Task) -> tuple[int, ...]:
-    """Every dimension of the task's tensors, inputs then outputs: two tasks of one op
-    family compare dimension by dimension (sizes, channels, reduction extents)."""
-    return tuple(int(d) for t in task.inputs + task.outputs for d in t.shape)
+    """The dimensions of the task's first two inputs and its output (the data and the
+    weights: sizes, channels, reduction extents), which tasks of one op family share
+    whatever their epilogue reads besides."""
+    return tuple(int(d) for t in task.inputs[:2] + task.outputs[:1] for d in t.shape)
 
 
 def shape_distance(a: tuple[int, ...], b: tuple[int, ...]) -> float:
@@ -139,19 +152,28 @@ class SourceLibrary:
     def nearest(self, task: Task, hw_key: str) -> list[Source]:
         """Sources for `task` on `hw_key`, best first: the same category before the rest of
         the op, this hardware before others of its vector width (other widths are not
-        sources), then by shape (`shape_distance` in whole steps: within a factor of two
-        overall is one step), each step by throughput. A program tuned for a 512-channel
-        14x14 map transfers to a 576-channel one; the fastest program of the op, tuned for
-        a 96x96 map of 24 channels, does not. The task's own programs are left out."""
-        cat, width, shape = source_category(task), isa(hw_key), shape_signature(task)
+        sources), its own op type before others of its `op_family` (their sketches are
+        matched by `transfer.epilogue_form`), then by shape (`shape_distance` in whole
+        steps: within a factor of two overall is one step), each step by throughput. A
+        program tuned for a 512-channel 14x14 map transfers to a 576-channel one; the
+        fastest program of the op, tuned for a 96x96 map of 24 channels, does not. The
+        task's own programs are left out."""
+        kind, width, shape = task_type(task), isa(hw_key), shape_signature(task)
+        family = op_family(kind)
+
+        def family_category(category: str, source_kind: str) -> str:
+            return family + category[len(source_kind):]
+
+        cat = family_category(source_category(task), kind)
 
         def step(s: Source) -> float:
             d = shape_distance(shape, s.shape)
             return math.inf if d == math.inf else math.floor(d)
 
-        mine = [s for s in self.by_type.get(task_type(task), [])
+        mine = [s for k, group in self.by_type.items() if op_family(k) == family for s in group
                 if s.task_key != task.key and isa(s.hw_key) == width]
-        return sorted(mine, key=lambda s: (s.category != cat, s.hw_key != hw_key, step(s), -s.gflops, s.task_key))
+        return sorted(mine, key=lambda s: (family_category(s.category, s.task_type) != cat, s.hw_key != hw_key,
+                                           s.task_type != kind, step(s), -s.gflops, s.task_key))
 
     def transfers(self, space: SearchSpace, task: Task, limit: int,
                   exclude: frozenset = frozenset()) -> list[tuple[Schedule, Trace]]:
