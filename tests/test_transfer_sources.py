@@ -153,8 +153,13 @@ def test_an_op_borrows_from_its_family_whatever_the_epilogue():
     the right thing."""
     assert op_family("dense_bias_gelu") == op_family("dense") == "dense"
     assert op_family("conv2d_transpose_tanh") == "conv2d_transpose" and op_family("silu_mul") == "silu"
-    assert epilogue_form("gelu:skip, bias:inline, D:tile_fuse1, W:packD") == ("@out:skip, D:tile_fuse1, W:packD", "gelu")
-    assert epilogue_form("D:cache_write1") == ("D:cache_write1", None)
+    form, names = epilogue_form("gelu:skip, bias:inline, D:tile_fuse1, W:packD")
+    assert form == "@out:skip, D:tile_fuse1, W:packD" and names("gelu.j") == "@out.j" and names("D.i") == "D.i"
+    form, names = epilogue_form("conv:cache_write2, pad:skip")  # a plain conv's local buffer
+    assert form == "@out:skip, conv:tile_fuse2, pad:skip" and names("conv") == "@out"
+    assert [names(n) for n in ("conv.local.c.c", "conv.local.n.c.outer.k.c.outer.fused", "conv.local.rc")] == \
+        ["conv.c", "conv.n.outer.k.outer.fused", "conv.rc"]
+    assert epilogue_form("D:tile") == ("D:tile", None) and op_family("conv2d_nchw") == "conv2d"
     sources = [_task(ops.dense(16 * i, 48, 24, bias=True)) for i in (1, 2, 3)]
     op = ops.dense(40, 48, 16, bias=True, act="gelu")
     target = _task(op)
@@ -170,6 +175,27 @@ def test_an_op_borrows_from_its_family_whatever_the_epilogue():
     want = op.run_reference(*ins)
     for sch, trace in got:
         assert_program_matches(sch, op, ins, want, trace)
+
+
+@pytest.mark.parametrize("target_op, source_ops", [
+    (ops.conv2d_nchw(1, 8, 10, 10, 16, 3, 3, padding=1),
+     [ops.conv2d_bias_relu(1, 8, 10, 10, 8 * i, 3, 3, padding=1) for i in (1, 2, 3)]),
+    (ops.dense(24, 40, 32), [ops.dense(16 * i, 40, 32, bias=True) for i in (1, 2)]),
+])
+def test_a_cache_write_sketch_borrows_a_fused_epilogues_program(target_op, source_ops):
+    """A plain conv / dense writes its result back from a local buffer where a fused
+    epilogue's sketch computes into the epilogue's loops: the same loop nest, so they
+    borrow one another's programs, and the programs compute the right thing."""
+    sources = [_task(op) for op in source_ops]
+    target = _task(target_op)
+    lib = SourceLibrary.from_records(_dense_records(sources, 8), {t.key: t for t in sources})
+    space = SearchSpace(target.outputs, HW2)
+    got = lib.transfers(space, target, 8)
+    assert 1 <= len(got) <= len(sources)  # a source of an unfused sketch has no counterpart
+    ins = target_op.random_inputs(0)
+    want = target_op.run_reference(*ins)
+    for sch, trace in got:
+        assert_program_matches(sch, target_op, ins, want, trace)
 
 
 @pytest.mark.parametrize("share, borrowed", [(0.4, 4), (0.0, 0)])

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import ScheduleError
 from ..schedule.decider import Decider, Trace
@@ -52,22 +52,39 @@ def nearest_answer(source: Any, options: list) -> Any:
     raise ScheduleError(f"no answer near {source!r} among {len(options)} options")
 
 
+Names = Callable[[str], str]
+
+
+def _same(name: str) -> str:
+    return name
+
+
 class TransferDecider(Decider):
     """Answers every question as `source` did, or with the nearest valid answer. A
     question the source never answered (a stage the target's answers brought in, such as
     the parallel loop of a pack computed at the root) takes the nearest answer to the
-    source's first answer of the same kind ("parallel", "unroll", ...), else the first option."""
+    source's first answer of the same kind ("parallel", "unroll", ...), else the first
+    option. Where the two sketches name their stages differently (`epilogue_form`),
+    questions and loop names are compared in the common naming."""
 
-    def __init__(self, source: Trace):
+    def __init__(self, source: Trace, source_names: Names = _same, target_names: Names = _same):
         super().__init__()
-        self.recorded = source.answers()
+        self.names = target_names
+        self.recorded = {_question(q, source_names): source_names(a) if isinstance(a, str) else a
+                         for q, a in source.decisions}
         self.by_kind: dict[str, Any] = {}
         for q, a in source.decisions:
             self.by_kind.setdefault(q.split(" ", 1)[0], a)
 
     def _decide(self, question: str, options: list) -> Any:
-        if question in self.recorded:
-            return nearest_answer(self.recorded[question], options)
+        key = _question(question, self.names)
+        if key in self.recorded:
+            answer = self.recorded[key]
+            if isinstance(answer, str) and self.names is not _same:
+                named = {self.names(o): o for o in options if isinstance(o, str)}
+                if named:
+                    return named[nearest_answer(answer, list(named))]
+            return nearest_answer(answer, options)
         kind = question.split(" ", 1)[0]
         if kind in self.by_kind:
             try:
@@ -77,47 +94,76 @@ class TransferDecider(Decider):
         return options[0]
 
 
-def epilogue_form(rules: str) -> tuple[str, str | None]:
-    """(the sketch's rules with its element-wise epilogue made anonymous, the epilogue's
-    stage name or None). A sketch whose first (output) stage is skipped carries an
-    element-wise epilogue whose loops the tiled stage is fused into; what it computes
-    (a bias, ReLU, GELU, a residual add) does not change the schedule, and stages inlined
-    into it ask nothing. So `bias:skip, D:tile_fuse1` (dense + bias) and `gelu:skip,
-    bias:inline, D:tile_fuse1` (dense + bias + GELU) both read `@out:skip, D:tile_fuse1`."""
+def _question(question: str, names: Names) -> str:
+    kind, _, what = question.partition(" ")
+    return f"{kind} {names(what)}"
+
+
+def _epilogue_names(out: str) -> Names:
+    def names(name: str) -> str:
+        return "@out" + name[len(out):] if name == out or name.startswith(out + ".") else name
+    return names
+
+
+def _cache_write_names(stage: str) -> Names:
+    """A cache-write sketch computes `stage.local` (axes `n.c`, `k.c`, ...) inside the
+    loops of `stage`, which writes the result back: the tiled stage and the output of a
+    fused sketch."""
+    local = stage + ".local"
+
+    def names(name: str) -> str:
+        if name == local or name.startswith(local + "."):
+            kept, after_axis = [stage], False
+            for w in (name[len(local) + 1:].split(".") if name != local else []):
+                if w == "c" and after_axis:
+                    after_axis = False  # the ".c" a cache-write axis carries
+                    continue
+                kept.append(w)
+                after_axis = w not in ("outer", "inner", "fused")
+            return ".".join(kept)
+        return "@out" + name[len(stage):] if name == stage or name.startswith(stage + ".") else name
+    return names
+
+
+def epilogue_form(rules: str) -> tuple[str, Names | None]:
+    """(the sketch's rules with its element-wise epilogue made anonymous, how its names
+    read in that form; None where they read as they are). A sketch whose first (output)
+    stage is skipped carries an element-wise epilogue whose loops the tiled stage is fused
+    into; what it computes (a bias, ReLU, GELU, a residual add) does not change the
+    schedule, and stages inlined into it ask nothing. So `bias:skip, D:tile_fuse1` (dense
+    + bias) and `gelu:skip, bias:inline, D:tile_fuse1` (dense + bias + GELU) both read
+    `@out:skip, D:tile_fuse1`, and so does a plain dense's `D:cache_write1`, whose
+    result is written back from a local buffer at the same loop level."""
     stages = [part.split(":", 1) for part in rules.split(", ")]
-    out = stages[0][0] if len(stages) > 1 and stages[0][1] == "skip" else None
-    kept = [("@out" if stage == out else stage) + ":" + rule for stage, rule in stages if rule != "inline"]
-    return ", ".join(kept), out
-
-
-def _renamed(trace: Trace, old: str, new: str) -> Trace:
-    """`trace` with the stage `old` called `new` in its questions and loop-name answers."""
-    def name(text: str) -> str:
-        return new + text[len(old):] if text == old or text.startswith(old + ".") else text
-    decisions = []
-    for q, a in trace.decisions:
-        kind, _, what = q.partition(" ")
-        decisions.append((f"{kind} {name(what)}", name(a) if isinstance(a, str) else a))
-    return Trace(trace.sketch, decisions)
+    first, rule = stages[0]
+    if rule.startswith("cache_write"):
+        rest = [f"{s}:{r}" for s, r in stages[1:] if r != "inline"]
+        return ", ".join(["@out:skip", f"{first}:tile_fuse{rule[len('cache_write'):]}"] + rest), \
+            _cache_write_names(first)
+    out = first if len(stages) > 1 and rule == "skip" else None
+    kept = [("@out" if stage == out else stage) + ":" + r for stage, r in stages if r != "inline"]
+    return ", ".join(kept), (_epilogue_names(out) if out else None)
 
 
 def transfer(space: SearchSpace, source: Trace, source_sketch: str) -> tuple[Schedule, Trace] | None:
     """The source program (its trace and its sketch's rules, `str(Sketch)`) rewritten for
     `space`'s task as (schedule, trace), or None where the space has no sketch with those
     rules or an answer has no counterpart. Without a sketch of the same rules, one of the
-    same `epilogue_form` takes it, the epilogue stage renamed (a dense + residual add
-    borrows a dense + bias program)."""
+    same `epilogue_form` takes it, questions and loop names compared in that form's
+    naming (a dense + residual add borrows a dense + bias program, a plain conv a conv +
+    bias + ReLU one)."""
     rules = [str(sk) for sk in space.sketches]
     if source_sketch in rules:
-        sketch_id = rules.index(source_sketch)
+        sketch_id, decider = rules.index(source_sketch), TransferDecider(source)
     else:
-        form, out = epilogue_form(source_sketch)
-        match = [(i, o) for i, (f, o) in enumerate(map(epilogue_form, rules)) if f == form and out and o]
+        form, source_names = epilogue_form(source_sketch)
+        match = [(i, names) for i, (f, names) in enumerate(map(epilogue_form, rules))
+                 if f == form and (source_names or names)]
         if not match:
             return None
-        sketch_id, target_out = match[0]
-        source = _renamed(source, out, target_out)
+        sketch_id, target_names = match[0]
+        decider = TransferDecider(source, source_names or _same, target_names or _same)
     try:
-        return space.apply(sketch_id, TransferDecider(source))
+        return space.apply(sketch_id, decider)
     except ScheduleError:
         return None

@@ -41,12 +41,13 @@ def source_category(task: Task) -> str:
     return category(task) + ("_grouped" if grouped else "")
 
 
-_EPILOGUES = {"bias", "relu", "gelu", "tanh", "silu", "sigmoid", "add", "mul"}
+_EPILOGUES = {"bias", "relu", "gelu", "tanh", "silu", "sigmoid", "add", "mul", "nchw"}
 
 
 def op_family(kind: str) -> str:
-    """A task type without its element-wise epilogue words: dense_bias_gelu, dense_bias
-    and a dense with a residual add are all "dense" and borrow from one another."""
+    """A task type without its element-wise epilogue words (and the layout word of a
+    plain conv2d_nchw): dense_bias_gelu, dense_bias and a dense with a residual add are
+    all "dense", conv2d_nchw and conv2d_bias_relu "conv2d", and borrow from one another."""
     words = kind.split("_")
     while len(words) > 1 and words[-1] in _EPILOGUES:
         words.pop()
@@ -152,9 +153,10 @@ class SourceLibrary:
     def nearest(self, task: Task, hw_key: str) -> list[Source]:
         """Sources for `task` on `hw_key`, best first: the same category before the rest of
         the op, this hardware before others of its vector width (other widths are not
-        sources), its own op type before others of its `op_family` (their sketches are
-        matched by `transfer.epilogue_form`), then by shape (`shape_distance` in whole
-        steps: within a factor of two overall is one step), each step by throughput. A
+        sources), then by shape (`shape_distance` in whole steps: within a factor of two
+        overall is one step), each step its own op type before the others of its
+        `op_family` (their sketches matched by `transfer.epilogue_form`: an epilogue
+        changes a schedule less than a shape does), then by throughput. A
         program tuned for a 512-channel 14x14 map transfers to a 576-channel one; the
         fastest program of the op, tuned for a 96x96 map of 24 channels, does not. The
         task's own programs are left out."""
@@ -173,7 +175,7 @@ class SourceLibrary:
         mine = [s for k, group in self.by_type.items() if op_family(k) == family for s in group
                 if s.task_key != task.key and isa(s.hw_key) == width]
         return sorted(mine, key=lambda s: (family_category(s.category, s.task_type) != cat, s.hw_key != hw_key,
-                                           s.task_type != kind, step(s), -s.gflops, s.task_key))
+                                           step(s), s.task_type != kind, -s.gflops, s.task_key))
 
     def transfers(self, space: SearchSpace, task: Task, limit: int,
                   exclude: frozenset = frozenset()) -> list[tuple[Schedule, Trace]]:
