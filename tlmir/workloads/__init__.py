@@ -81,8 +81,6 @@ NETWORKS: dict[str, Callable[[], list[tuple[Task, float]]]] = {
     "mobilenet-v1-160": _net(cnn.mobilenet_v1, image=160),
     "regnet-x-400mf": _net(cnn.regnet_x, config="400mf"),
     "regnet-x-800mf": _net(cnn.regnet_x, config="800mf"),
-    "regnet-x-1.6gf": _net(cnn.regnet_x, config="1.6gf"),
-    "regnet-x-3.2gf": _net(cnn.regnet_x, config="3.2gf"),
     # ---- train: transformers
     "bert-mini": _net(transformer.bert, layers=4, hidden=256, heads=4),
     "bert-small": _net(transformer.bert, layers=4, hidden=512, heads=8),

@@ -69,12 +69,12 @@ def resnext50_32x4d(n: int = 1) -> Net:
 
 # ------------------------------------------------------------------ RegNetX
 
-# torchvision's RegNetX configurations: (depths, widths, group width) per stage
+# torchvision's RegNetX configurations: (depths, widths, group width) per stage. Only
+# those of group width 16: the shipped vocabulary spells the grouped index `k//16*16+rc`,
+# not 1.6GF's `k//24*24+rc` or 3.2GF's 48.
 REGNET_X = {
     "400mf": ((1, 2, 7, 12), (32, 64, 160, 400), 16),
     "800mf": ((1, 3, 7, 5), (64, 128, 288, 672), 16),
-    "1.6gf": ((2, 4, 10, 2), (72, 168, 408, 912), 24),
-    "3.2gf": ((2, 6, 15, 2), (96, 192, 432, 1008), 48),
 }
 
 
