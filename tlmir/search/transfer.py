@@ -109,7 +109,7 @@ def _cache_write_names(stage: str) -> Names:
     """A cache-write sketch computes `stage.local` (axes `n.c`, `k.c`, ...) inside the
     loops of `stage`, which writes the result back: the tiled stage and the output of a
     fused sketch."""
-    local = stage + ".local"
+    local, written_back = stage + ".local", _epilogue_names(stage)
 
     def names(name: str) -> str:
         if name == local or name.startswith(local + "."):
@@ -121,7 +121,7 @@ def _cache_write_names(stage: str) -> Names:
                 kept.append(w)
                 after_axis = w not in ("outer", "inner", "fused")
             return ".".join(kept)
-        return "@out" + name[len(stage):] if name == stage or name.startswith(stage + ".") else name
+        return written_back(name)
     return names
 
 

@@ -22,28 +22,38 @@ from .common import Net
 # ------------------------------------------------------------------ ResNet / ResNeXt
 
 
+def _bottleneck(net: Net, c: int, h: int, w: int, width: int, out: int, stride: int,
+                groups: int) -> tuple[int, int, int]:
+    """A bottleneck block (ResNet v1.5, ResNeXt, RegNetX): a 1x1 projection where the
+    shape changes, 1x1 -> grouped 3x3 carrying the stride -> 1x1 without ReLU, residual
+    add + ReLU; returns (k, p, q)."""
+    if stride != 1 or c != out:
+        net.conv(c, h, w, out, 1, stride=stride, relu=False)      # downsample
+    k, p, q = net.conv(c, h, w, width, 1)
+    k, p, q = net.conv(k, p, q, width, 3, stride=stride, padding=1, groups=groups)
+    k, p, q = net.conv(k, p, q, out, 1, relu=False)
+    net.residual((net.n, k, p, q), relu=True)
+    return k, p, q
+
+
 def resnet(layers, bottleneck: bool, n: int = 1, image: int = 224, groups: int = 1,
            width_per_group: int = 64) -> Net:
     """torchvision ResNet (v1.5: the stride sits on the 3x3 conv of a bottleneck)."""
     net = Net(n)
     c, h, w = net.conv(3, image, image, 64, 7, stride=2, padding=3)
     c, h, w = net.pool("max", c, h, w, 3, stride=2, padding=1)
-    expansion = 4 if bottleneck else 1
     for stage, blocks in enumerate(layers):
         planes = 64 * 2 ** stage
         for b in range(blocks):
             stride = 2 if stage > 0 and b == 0 else 1
-            out = planes * expansion
-            if stride != 1 or c != out:
-                net.conv(c, h, w, out, 1, stride=stride, relu=False)      # downsample
             if bottleneck:
                 width = planes * width_per_group // 64 * groups
-                k, p, q = net.conv(c, h, w, width, 1)
-                k, p, q = net.conv(k, p, q, width, 3, stride=stride, padding=1, groups=groups)
-                k, p, q = net.conv(k, p, q, out, 1, relu=False)
-            else:
-                k, p, q = net.conv(c, h, w, planes, 3, stride=stride, padding=1)
-                k, p, q = net.conv(k, p, q, planes, 3, padding=1, relu=False)
+                c, h, w = _bottleneck(net, c, h, w, width, planes * 4, stride, groups)
+                continue
+            if stride != 1 or c != planes:
+                net.conv(c, h, w, planes, 1, stride=stride, relu=False)   # downsample
+            k, p, q = net.conv(c, h, w, planes, 3, stride=stride, padding=1)
+            k, p, q = net.conv(k, p, q, planes, 3, padding=1, relu=False)
             net.residual((n, k, p, q), relu=True)
             c, h, w = k, p, q
     c, h, w = net.global_pool(c, h, w)
@@ -79,22 +89,15 @@ REGNET_X = {
 
 
 def regnet_x(config: str = "400mf", n: int = 1, image: int = 224) -> Net:
-    """torchvision RegNetX: a 32-channel 3x3 stem, then per stage bottleneck blocks (1x1,
-    grouped 3x3 of `width / group width` groups carrying the stage's stride, 1x1 without
-    ReLU, a 1x1 projection where the shape changes, residual add + ReLU)."""
+    """torchvision RegNetX: a 32-channel 3x3 stem, then per stage bottleneck blocks of the
+    stage's width (no expansion), the 3x3 in `width / group width` groups, the first
+    block carrying the stage's stride."""
     depths, widths, group_width = REGNET_X[config]
     net = Net(n)
     c, h, w = net.conv(3, image, image, 32, 3, stride=2, padding=1)
     for depth, width in zip(depths, widths):
         for b in range(depth):
-            stride = 2 if b == 0 else 1
-            if stride != 1 or c != width:
-                net.conv(c, h, w, width, 1, stride=stride, relu=False)      # projection
-            k, p, q = net.conv(c, h, w, width, 1)
-            k, p, q = net.conv(k, p, q, width, 3, stride=stride, padding=1, groups=width // group_width)
-            k, p, q = net.conv(k, p, q, width, 1, relu=False)
-            net.residual((n, k, p, q), relu=True)
-            c, h, w = k, p, q
+            c, h, w = _bottleneck(net, c, h, w, width, width, 2 if b == 0 else 1, width // group_width)
     c, h, w = net.global_pool(c, h, w)
     net.dense(n, 1000, c)
     return net
