@@ -6,7 +6,7 @@ import pytest
 from tlmir import ops
 from tlmir.errors import ScheduleError
 from tlmir.runtime.target import HardwareParams
-from tlmir.schedule.decider import RandomDecider, Trace, factorizations
+from tlmir.schedule.decider import RandomDecider, ReplayDecider, Trace, factorizations
 from tlmir.schedule.space import SearchSpace
 from tlmir.search.transfer import nearest_answer, tile_distance, transfer
 
@@ -67,3 +67,20 @@ def test_no_transfer_without_a_matching_sketch():
     op = ops.dense(32, 48, 24, bias=True, act="gelu")
     space = SearchSpace(op.outputs, HW2)
     assert transfer(space, Trace(0, []), "X:tile, Y:inline") is None
+
+
+def test_a_parallel_batch_loop_moved_to_batch_one_still_runs_in_parallel():
+    """The batch-4 program parallelizes its batch loop alone (`parallel relu` = 1); on
+    batch 1 that loop has one iteration, so the transfer fuses the channels in too."""
+    source = SearchSpace(ops.add_relu((4, 256, 14, 14)).outputs, HW2)
+    trace = Trace(0, [("tile relu.i3", (7, 2)), ("parallel relu", 1), ("vec relu", 1), ("unroll relu", 512)])
+    source.apply(0, ReplayDecider(trace))  # a valid program of the source
+    target = ops.add_relu((1, 1024, 14, 14))
+    sch, moved = transfer(SearchSpace(target.outputs, HW2), trace, str(source.sketches[0]))
+    assert moved.answers()["parallel relu"] == 2
+    assert moved.answers()["tile relu.i3"] == (7, 2)
+    ins = target.random_inputs(0)
+    assert_program_matches(sch, target, ins, target.run_reference(*ins), moved)
+    # on batch 2 the batch loop is parallel work enough for 2 cores: replayed as it was
+    _, kept = transfer(SearchSpace(ops.add_relu((2, 1024, 14, 14)).outputs, HW2), trace, str(source.sketches[0]))
+    assert kept.answers()["parallel relu"] == 1

@@ -76,6 +76,12 @@ class Decider:
     def tile(self, question: str, extent: int, parts: int, max_innermost: int) -> tuple[int, ...]:
         return self.choice(question, factorizations(extent, parts, max_innermost))
 
+    def parallel(self, question: str, extents: Sequence[int]) -> int:
+        """How many outer loops to fuse into the parallel loop: an answer among
+        1..len(extents), where `extents[n - 1]` is the fused loop's extent for answer n (a
+        decider that rewrites another task's answer keeps its meaning by it)."""
+        return self.choice(question, list(range(1, len(extents) + 1)))
+
     def choice(self, question: str, options: Sequence, replayable: Sequence = ()) -> Any:
         """One answer among `options`. `replayable`: answers a recorded trace may give
         although the space no longer offers them to new decisions (a limit added after the

@@ -65,16 +65,30 @@ class TransferDecider(Decider):
     the parallel loop of a pack computed at the root) takes the nearest answer to the
     source's first answer of the same kind ("parallel", "unroll", ...), else the first
     option. Where the two sketches name their stages differently (`epilogue_form`),
-    questions and loop names are compared in the common naming."""
+    questions and loop names are compared in the common naming.
 
-    def __init__(self, source: Trace, source_names: Names = _same, target_names: Names = _same):
+    A parallel answer counts loops, so on another shape it can mean another amount of
+    parallel work: a batch-4 program that parallelizes its batch loop runs serially on
+    batch 1. Where the replayed answer's fused loop is shorter than `min_parallel` (the
+    target's cores), the fewest loops that reach it are fused instead."""
+
+    def __init__(self, source: Trace, source_names: Names = _same, target_names: Names = _same,
+                 min_parallel: int = 1):
         super().__init__()
         self.names = target_names
+        self.min_parallel = min_parallel
         self.recorded = {_question(q, source_names): source_names(a) if isinstance(a, str) else a
                          for q, a in source.decisions}
         self.by_kind: dict[str, Any] = {}
         for q, a in source.decisions:
             self.by_kind.setdefault(q.split(" ", 1)[0], a)
+
+    def parallel(self, question: str, extents) -> int:
+        n = self._decide(question, list(range(1, len(extents) + 1)))
+        if extents[n - 1] < self.min_parallel:
+            n = next((i + 1 for i, e in enumerate(extents) if e >= self.min_parallel), n)
+        self.decisions.append((question, n))
+        return n
 
     def _decide(self, question: str, options: list) -> Any:
         key = _question(question, self.names)
@@ -152,9 +166,9 @@ def transfer(space: SearchSpace, source: Trace, source_sketch: str) -> tuple[Sch
     same `epilogue_form` takes it, questions and loop names compared in that form's
     naming (a dense + residual add borrows a dense + bias program, a plain conv a conv +
     bias + ReLU one)."""
-    rules = [str(sk) for sk in space.sketches]
+    rules, cores = [str(sk) for sk in space.sketches], space.hw.cores
     if source_sketch in rules:
-        sketch_id, decider = rules.index(source_sketch), TransferDecider(source)
+        sketch_id, decider = rules.index(source_sketch), TransferDecider(source, min_parallel=cores)
     else:
         form, source_names = epilogue_form(source_sketch)
         match = [(i, names) for i, (f, names) in enumerate(map(epilogue_form, rules))
@@ -162,7 +176,7 @@ def transfer(space: SearchSpace, source: Trace, source_sketch: str) -> tuple[Sch
         if not match:
             return None
         sketch_id, target_names = match[0]
-        decider = TransferDecider(source, source_names or _same, target_names or _same)
+        decider = TransferDecider(source, source_names or _same, target_names or _same, cores)
     try:
         return space.apply(sketch_id, decider)
     except ScheduleError:

@@ -238,15 +238,18 @@ class _Builder:
     def _parallel(self, st: Stage) -> None:
         loops = st.leaf_iter_vars
         limit = self.sp.parallel_factor * self.hw.cores
-        k, prod = 0, 1
-        while k < len(loops) and loops[k].kind == "spatial" and prod < limit:
-            prod *= loops[k].extent
-            k += 1
-            if self._attached_at(st, loops[k - 1]):  # may end a fuse, never sit inside one
+        extents: list[int] = []  # the fused loop's extent when 1, 2, ... loops are fused
+        prod = 1
+        for iv in loops:
+            if iv.kind != "spatial" or prod >= limit:
                 break
-        if k == 0:
+            prod *= iv.extent
+            extents.append(prod)
+            if self._attached_at(st, iv):  # may end a fuse, never sit inside one
+                break
+        if not extents:
             return
-        n = self.ask.choice(f"parallel {st.name}", list(range(1, k + 1)))
+        n = self.ask.parallel(f"parallel {st.name}", extents)
         st.parallel(st.fuse(*loops[:n]) if n > 1 else loops[0])
 
     def _vectorize(self, st: Stage) -> None:
