@@ -4,6 +4,7 @@ import lzma
 import random
 import shutil
 
+import numpy as np
 import pytest
 
 from tlmir import ops
@@ -175,6 +176,42 @@ def test_an_op_borrows_from_its_family_whatever_the_epilogue():
     want = op.run_reference(*ins)
     for sch, trace in got:
         assert_program_matches(sch, op, ins, want, trace)
+
+
+def _dense_tanh_gelu(M: int, N: int, K: int):
+    """A dense followed by a tanh GELU written by hand in `te`: an op no source is named for."""
+    from tlmir import te
+    from tlmir.ops.base import OpDef, count_flops
+    d = ops.dense(M, N, K)
+    D = d.outputs[0]
+
+    def gelu(v, tanh):  # te expressions or float64 arrays
+        return 0.5 * v * (1.0 + tanh(0.7978845608 * (v + 0.044715 * v * v * v)))
+    y = te.compute((M, N), lambda i, j: gelu(D[i, j], te.tanh), name="act")
+    return OpDef("my_gelu_layer", d.inputs, [y], lambda x, w: [gelu(d.reference(x, w)[0], np.tanh)],
+                 count_flops([y]), dict(M=M, N=N, K=K))
+
+
+@pytest.mark.parametrize("target_op, source_ops", [
+    (_dense_tanh_gelu(24, 40, 32), [ops.dense(16 * i, 40, 32, bias=True, act="gelu") for i in (1, 2)]),
+    (ops.matmul(20, 24, 16), [ops.batch_matmul(2 * i, 16, 24, 16) for i in (1, 2)]),
+])
+def test_an_op_no_source_is_named_for_borrows_by_structure(target_op, source_ops):
+    """A task whose op family has no source (named freely, as a user names an op of their
+    own) borrows from sources whose sketch has the same structure, and the programs
+    compute the right thing."""
+    sources = [_task(op) for op in source_ops]
+    target = Task.from_op(target_op, name="my_op")
+    lib = SourceLibrary.from_records(_dense_records(sources, 8), {t.key: t for t in sources})
+    assert lib.nearest(target, HW2.key) == []
+    space = SearchSpace(target.outputs, HW2)
+    assert {s.task_key for s in lib.by_structure(space, target, HW2.key)} == {t.key for t in sources}
+    got = lib.transfers(space, target, 8)
+    assert len(got) == len(sources)
+    ins = target_op.random_inputs(0)
+    want = target_op.run_reference(*ins)
+    for sch, trace in got:
+        assert_program_matches(sch, target_op, ins, want, trace)
 
 
 @pytest.mark.parametrize("target_op, source_ops", [

@@ -13,6 +13,7 @@ one measures only its own programs.
 """
 from __future__ import annotations
 
+import functools
 import json
 import lzma
 import math
@@ -27,7 +28,7 @@ from ..runtime.task import Task, category, task_type
 from ..schedule.decider import Trace
 from ..schedule.schedule import Schedule
 from ..schedule.space import SearchSpace
-from .transfer import transfer
+from .transfer import epilogue_form, transfer
 
 SOURCES_FILE = "sources.jsonl.xz"
 _GROUPS = re.compile(r"_g\d+(_|$)")
@@ -68,6 +69,17 @@ def shape_distance(a: tuple[int, ...], b: tuple[int, ...]) -> float:
     if not a or len(a) != len(b):
         return math.inf
     return sum(abs(math.log2(max(x, 1)) - math.log2(max(y, 1))) for x, y in zip(a, b))
+
+
+def _shape_step(a: tuple[int, ...], b: tuple[int, ...]) -> float:
+    """`shape_distance` in whole steps: within a factor of two overall is one step."""
+    d = shape_distance(a, b)
+    return d if d == math.inf else math.floor(d)
+
+
+@functools.lru_cache(maxsize=None)
+def _form(rules: str) -> str:
+    return epilogue_form(rules)[0]
 
 
 def isa(hw_key: str) -> str:
@@ -168,22 +180,32 @@ class SourceLibrary:
 
         cat = family_category(source_category(task), kind)
 
-        def step(s: Source) -> float:
-            d = shape_distance(shape, s.shape)
-            return math.inf if d == math.inf else math.floor(d)
-
         mine = [s for k, group in self.by_type.items() if op_family(k) == family for s in group
                 if s.task_key != task.key and isa(s.hw_key) == width]
         return sorted(mine, key=lambda s: (family_category(s.category, s.task_type) != cat, s.hw_key != hw_key,
-                                           step(s), s.task_type != kind, -s.gflops, s.task_key))
+                                           _shape_step(shape, s.shape), s.task_type != kind, -s.gflops,
+                                           s.task_key))
+
+    def by_structure(self, space: SearchSpace, task: Task, hw_key: str) -> list[Source]:
+        """Sources for a task of an op no source is named for (an op written by hand in
+        `te`, a matmul beside batch matmuls): those whose sketch has the `epilogue_form`
+        of one of the task's sketches, so their questions are the task's; this hardware
+        first, then by shape and throughput as in `nearest`. A dense with a tanh GELU
+        written by hand reads as a dense, a matmul as a batch matmul."""
+        forms = {_form(str(sk)) for sk in space.sketches}
+        width, shape = isa(hw_key), shape_signature(task)
+        mine = [s for group in self.by_type.values() for s in group
+                if isa(s.hw_key) == width and s.task_key != task.key and _form(s.sketch) in forms]
+        return sorted(mine, key=lambda s: (s.hw_key != hw_key, _shape_step(shape, s.shape), -s.gflops, s.task_key))
 
     def transfers(self, space: SearchSpace, task: Task, limit: int,
                   exclude: frozenset = frozenset()) -> list[tuple[Schedule, Trace]]:
         """Up to `limit` distinct programs for `task`, the nearest sources rewritten for
-        its shape, none whose trace (JSON) is in `exclude`; one per source task (a task's
-        programs on two hosts are often one)."""
+        its shape (those of its op family, else those of its structure), none whose trace
+        (JSON) is in `exclude`; one per source task (a task's programs on two hosts are
+        often one)."""
         out, used, traces = [], set(), set(exclude)
-        for s in self.nearest(task, space.hw.key):
+        for s in self.nearest(task, space.hw.key) or self.by_structure(space, task, space.hw.key):
             if len(out) == limit:
                 break
             if s.task_key in used:
