@@ -6,7 +6,7 @@
     .venv/bin/python bench/unseen_ops.py [--ops matmul_odd,row_norm] [--tlm-trials 10]
         [--tlm-strategies tlm,tlm+evolutionary] [--evo-trials 200] [--unconstrained 64]
         [--model default] [--db-dir runs/unseen] [--seed 0] [--rounds 5] [--threads N]
-        [--no-torch] [--json out.json]
+        [--compare NAME=DB ...] [--no-torch] [--json out.json]
 
 Six operators that no network of tlmir.workloads contains (asserted: no task key of the
 train or held-out split matches), each an `OpDef` with a numpy reference, so every
@@ -127,7 +127,7 @@ def well_formed(task: Task, hw, model: str, n: int, seed: int) -> dict:
             "seconds": time.perf_counter() - t0, "errors": errors[:5]}
 
 
-def run_op(name: str, a, hw, dbs: dict[str, tuple[str, int]]) -> dict:
+def run_op(name: str, a, hw, dbs: dict[str, tuple[str, str, int]]) -> dict:
     desc, make = OPS[name]
     op = make()
     task = Task.from_op(op, name=name)
@@ -137,14 +137,14 @@ def run_op(name: str, a, hw, dbs: dict[str, tuple[str, int]]) -> dict:
         u = row["unconstrained"]
         print(f"[{name}] unconstrained: {u['valid']}/{u['n']} well-formed ({u['parsed']} parsed), "
               f"{u['seconds']:.1f} s", flush=True)
-    for strategy, (db, trials) in dbs.items():
+    for run, (strategy, db, trials) in dbs.items():
         t0 = time.perf_counter()
         r = tune(task, trials=trials, strategy=strategy, db=db, progress=False, seed=a.seed, model=a.model)
-        row["runs"][strategy] = {"trials": trials, "measurements": r.measurements, "failures": r.failures,
+        row["runs"][run] = {"trials": trials, "measurements": r.measurements, "failures": r.failures,
                                  "recorded_s": r.best_seconds if r.best_trace else None,
                                  "confirmed": r.confirmed, "tune_wall_s": time.perf_counter() - t0,
                                  "trace": r.best_trace.to_json() if r.best_trace else None}
-        print(f"[{name}] {strategy}-{trials}: {r.measurements} measurements ({r.failures} failed), "
+        print(f"[{name}] {run}-{trials}: {r.measurements} measurements ({r.failures} failed), "
               f"best recorded {r.gflops:.1f} GFLOP/s, {time.perf_counter() - t0:.1f} s", flush=True)
     timers = {s: program_timer(task, run["trace"]) for s, run in row["runs"].items() if run["trace"]}
     samples: dict[str, list[float]] = {s: [] for s in timers}
@@ -164,7 +164,7 @@ def run_op(name: str, a, hw, dbs: dict[str, tuple[str, int]]) -> dict:
 def markdown(rows: list[dict], dbs: dict) -> str:
     """One row per op: each TLM strategy's and evolutionary's re-timed best, evo/strategy."""
     tlms = [s for s in dbs if s != "evolutionary"]
-    names = {s: f"{s.replace('evolutionary', 'evo')}-{k}" for s, (_, k) in dbs.items()}
+    names = {s: f"{s.replace('evolutionary', 'evo')}-{k}" for s, (_, _, k) in dbs.items()}
     lines = ["| op | GFLOP | " + " | ".join(f"{names[s]} ms" for s in dbs) + " | "
              + " | ".join(f"evo/{names[s]}" for s in tlms) + " | PyTorch ms | well-formed |",
              "|---|---:|" + "---:|" * (len(dbs) + len(tlms) + 2)]
@@ -194,6 +194,9 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5, help="re-timing rounds (median)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="re-timing threads")
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch baseline")
+    p.add_argument("--compare", nargs="*", default=[], metavar="NAME=DB",
+                   help="finished tlm runs (record DBs of --tlm-trials each, e.g. of the code or model "
+                        "before a change) whose best programs are re-timed beside the others")
     p.add_argument("--json")
     a = p.parse_args()
     names = a.ops.split(",") if a.ops else list(OPS)
@@ -206,8 +209,14 @@ def main() -> None:
     if not set(strategies) <= {"tlm", "tlm+evolutionary"}:
         raise SystemExit(f"--tlm-strategies {a.tlm_strategies!r}: each must be tlm or tlm+evolutionary")
     model = os.path.basename(os.path.abspath(model_dir(a.model)))  # default: base or tlm
-    dbs = {s: (os.path.join(a.db_dir, f"{s}-{model}.db"), a.tlm_trials) for s in strategies}
-    dbs["evolutionary"] = (os.path.join(a.db_dir, "evolutionary.db"), a.evo_trials)
+    dbs = {s: (s, os.path.join(a.db_dir, f"{s}-{model}.db"), a.tlm_trials) for s in strategies}
+    for spec in a.compare:
+        name, _, path = spec.partition("=")
+        if not name or not os.path.isfile(path) or name in dbs:
+            raise SystemExit(f"--compare {spec!r}: give NAME=DB, a new name and an existing records DB")
+        dbs[name] = ("tlm", path, a.tlm_trials)
+        strategies.append(name)
+    dbs["evolutionary"] = ("evolutionary", os.path.join(a.db_dir, "evolutionary.db"), a.evo_trials)
     hw = host_hardware()
     rows = [run_op(n, a, hw, dbs) for n in names]
     geo = {}
