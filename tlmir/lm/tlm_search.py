@@ -9,8 +9,8 @@ on the task's measurements for later rounds. Unranked (`tlm@none`), the very fir
 candidate is the model's greedy answer (temperature 0) and the rest are sampled,
 measured as written. Where the model ships transfer sources (search/transfer_sources.py),
 `tlm_transfer_share` of each round's measurements (six of TLM-10's, TLM-1's one) are
-the evaluator's picks among the fastest training programs of the task's kind rewritten for
-its shape.
+picks among the fastest training programs of the task's kind rewritten for its shape,
+by the evaluator's rank plus the library's.
 
 `tlm+evolutionary`: the first round is a ranked `tlm` round of a few programs picked
 from a large pool; after it, Ansor's evolutionary search runs with TLM programs in place
@@ -99,8 +99,9 @@ class TLMSearch(RandomSearch):
 
     def _borrow(self, n: int, exclude: set) -> list[Candidate]:
         """`tlm_transfer_share` of n (rounded) programs of the model's transfer sources
-        rewritten for this task (search/transfer_sources.py), the evaluator's top picks
-        among the `tlm_transfers` nearest (unranked: the nearest first)."""
+        rewritten for this task (search/transfer_sources.py), the top picks among the
+        `tlm_transfers` nearest by the sum of the evaluator's rank and the library's (unranked:
+        the nearest first): the evaluator alone picked TLM-1's worse (docs/model.md)."""
         k = math.floor(n * self.space.sp.tlm_transfer_share + 0.5)
         if self.sources is None or k <= 0:
             return []
@@ -108,8 +109,8 @@ class TLMSearch(RandomSearch):
             got = self.sources.transfers(self.space, self.task, self.space.sp.tlm_transfers)
             self.borrowable = make_candidates(self.space, self.args, got, self.lowers_features)
         pool = [c for c in self.borrowable if c.key not in exclude]
-        if self.ranker is not None and len(pool) > k:
-            order = np.argsort(-self.ranker.score(pool), kind="stable")
+        if self.ranker is not None and len(pool) > k:  # the evaluator's rank + the library's
+            order = np.argsort(_ranks(-self.ranker.score(pool)) + np.arange(len(pool)), kind="stable")
             pool = [pool[i] for i in order]
         picks = pool[:k]
         taken = {c.key for c in picks}
