@@ -3,13 +3,15 @@
     .venv/bin/python bench/transfer_picks.py --db runs/transfer-picks.db [--model tlm] \
         [--archive data/eval-spr/transfer-picks.jsonl.xz]
 
-`tlm` borrows the evaluator's top picks among the `tlm_transfers` (16) nearest training
-programs rewritten for the task (TLM-1: one, TLM-10: six). Here every one of the 16 is
-measured on each held-out representative task (strategy `transfer-all`, resumable: a
-task's transfers already in --db are not measured again), and picking rules are scored
-against the best of all 16 (geometric mean over tasks of pick / best): the evaluator's
-order (what `tlm` does), the library's order (nearest source first), and the best of
-16 itself (the ceiling of borrowing alone). Held-out records are only written, never a
+`tlm` borrows its top picks among the `tlm_transfers` (16) nearest training programs
+rewritten for the task (TLM-1: one, TLM-10: six). Here every one of them (or of the
+--transfers nearest) is measured on each held-out representative task (strategy
+`transfer-all`, resumable: a task's transfers already in --db are not measured again),
+and picking rules are scored against the best of all measured (geometric mean over tasks
+of the pick's best / the best): the evaluator's order, the library's order (nearest
+source first), and with --transfers beyond 16 the best of the first 16 (the ceiling of
+borrowing from 16). `tlm` now orders by the sum of the first two ranks (docs/model.md,
+"The evaluator's rank plus the library's"). Held-out records are only written, never a
 source.
 """
 from __future__ import annotations
@@ -19,11 +21,7 @@ import math
 import time
 
 import numpy as np
-
-
-def pick_ratio(order: list[int], seconds: list[float], k: int) -> float:
-    """The best of the first k of `order` over the best of all (1.0: it holds the best)."""
-    return min(seconds) / min(seconds[i] for i in order[:k])
+from pool_rankers import pick_ratio  # noqa: E402  (bench/ is this script's directory)
 
 
 def main() -> None:
@@ -68,17 +66,19 @@ def main() -> None:
             if not cands or not math.isfinite(min(seconds)):
                 print(f"{task.name}: no transfer measured")
                 continue
-            by_evaluator = list(np.argsort(-ranker.score(cands), kind="stable"))
-            nearest = list(range(len(cands)))
-            row = {"evaluator-1": pick_ratio(by_evaluator, seconds, 1), "nearest-1": pick_ratio(nearest, seconds, 1),
-                   "evaluator-6": pick_ratio(by_evaluator, seconds, 6), "nearest-6": pick_ratio(nearest, seconds, 6)}
+            throughput = np.array([1.0 / t if math.isfinite(t) else 0.0 for t in seconds])
+            evaluator, nearest = ranker.score(cands), -np.arange(len(cands), dtype=float)
+            row = {f"{name}-{k}": pick_ratio(scores, throughput, k)
+                   for k in (1, 6) for name, scores in (("evaluator", evaluator), ("nearest", nearest))}
             if len(cands) > sp.tlm_transfers:
-                row[f"first-{sp.tlm_transfers}"] = pick_ratio(nearest, seconds, sp.tlm_transfers)
+                row[f"first-{sp.tlm_transfers}"] = pick_ratio(nearest, throughput, sp.tlm_transfers)
             for k, v in row.items():
                 ratios.setdefault(k, []).append(v)
+            best = int(np.argmax(throughput))
+            by_evaluator = list(np.argsort(-evaluator, kind="stable"))
             print(f"[{time.perf_counter() - t0:5.0f}s] {task.name[:48]:48s} {len(cands):2d} transfers, best "
-                  f"{task.flops / min(seconds) / 1e9:6.1f} GFLOP/s (#{seconds.index(min(seconds))} nearest, "
-                  f"#{by_evaluator.index(seconds.index(min(seconds)))} evaluator)  "
+                  f"{task.flops * throughput[best] / 1e9:6.1f} GFLOP/s (#{best} nearest, "
+                  f"#{by_evaluator.index(best)} evaluator)  "
                   + "  ".join(f"{k} {v:.2f}" for k, v in row.items()), flush=True)
     finally:
         meas.close()
