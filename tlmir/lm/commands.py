@@ -11,7 +11,7 @@ import numpy as np
 from ..argtypes import (fraction, nonneg_float, nonneg_int, op_args, op_from_args, positive_float, positive_int,
                         probability, ratio_list, stale_rule)
 from ..errors import TlmirError
-from ..runtime.target import host_hardware
+from ..runtime.target import HardwareParams, host_hardware
 from .registry import BASE_MODEL, TOKENIZER_FILE, load_model, model_dir, passive_openmp
 
 def cmd_sample(args) -> None:
@@ -86,6 +86,24 @@ def cmd_train_sft(args) -> None:
         demos = [r["sentence"] for r in read_sentences(args.data)]
     stats = sft(model_dir(args.model), demos, args.out, epochs=args.epochs, batch_size=args.batch_size,
                 lr=args.lr, seed=args.seed, quality=quality, device=args.device, learn=args.learn)
+    print(json.dumps(stats, indent=1))
+
+
+SAMPLED_HARDWARE = ("cpu-avx512-c2-l1_48K-l2_2048K", "cpu-avx2-c2-l1_32K-l2_512K", "cpu-avx512-c2-l1_32K-l2_1024K")
+
+
+def cmd_train_validity(args) -> None:
+    passive_openmp()
+    import random
+    from ..workloads import split_tasks
+    from .validity import sample_examples, validity_tune
+    model, tok, meta = load_model(args.model)
+    tasks = split_tasks("train")
+    random.Random(args.seed).shuffle(tasks)
+    hws = [HardwareParams.from_key(k) for k in args.hardware]
+    examples = sample_examples(model, tok, meta, tasks[:args.tasks], hws, args.per_task, args.scope, args.seed)
+    stats = validity_tune(model_dir(args.model), args.out, examples, steps=args.steps,
+                          batch_size=args.batch_size, lr=args.lr, anchor=args.anchor, seed=args.seed)
     print(json.dumps(stats, indent=1))
 
 
@@ -272,6 +290,22 @@ def add_parsers(sub) -> None:
                     help="tokens scored: the answers only, or every decision word (questions too: "
                     "the model keeps the grammar, TLM-10 about 4%% lower)")
     st.set_defaults(fn=cmd_train_sft)
+    va = trs.add_parser("validity", help="teach a model the answers the space allows: the loss on its "
+                        "mass outside the mask, on its own samples of training tasks (tlmir.lm.validity)")
+    va.add_argument("--model", default="tlm", help="the model tuned: tlm, base or a directory")
+    va.add_argument("--out", required=True, help="directory of the tuned model")
+    va.add_argument("--tasks", type=positive_int, default=600, help="training tasks sampled")
+    va.add_argument("--per-task", type=positive_int, default=8, help="samples per task and hardware")
+    va.add_argument("--hardware", nargs="+", default=list(SAMPLED_HARDWARE), help="hardware keys sampled on")
+    va.add_argument("--scope", default="answers", choices=("answers", "sentences"),
+                    help="scored words: the answers, or every decision word (the grammar too)")
+    va.add_argument("--steps", type=positive_int, default=1500, help="optimizer steps")
+    va.add_argument("--batch-size", type=positive_int, default=16, help="samples (and demonstrations) per step")
+    va.add_argument("--lr", type=positive_float, default=5e-4, help="peak learning rate")
+    va.add_argument("--anchor", type=nonneg_float, default=1.0, help="weight of the KL to the model as it "
+                    "was over the allowed words (what masked sampling draws)")
+    va.add_argument("--seed", type=nonneg_int, default=0, help="random seed")
+    va.set_defaults(fn=cmd_train_validity)
     ev = trs.add_parser("evaluator", help="the world-model evaluator, on measured records of the training "
                         "split (the held-out split's are scored, never trained on)")
     ev.add_argument("--db", nargs="+", required=True, help="records: .db, .jsonl or .jsonl.xz")

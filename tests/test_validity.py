@@ -1,0 +1,81 @@
+"""Validity training: the allowed words are the mask's, and tuning moves mass into them."""
+import pytest
+import torch
+
+from tlmir import ops
+from tlmir.errors import ModelError
+from tlmir.lm.generate import Generator, Sampling
+from tlmir.lm.language import trace_to_sentence
+from tlmir.lm.registry import load_model, model_dir
+from tlmir.lm.validity import allowed_words, example, validity_loss, validity_tune
+from tlmir.runtime.target import HardwareParams
+from tlmir.runtime.task import Task
+from tlmir.schedule.space import SearchSpace
+
+HW = HardwareParams.from_key("cpu-avx512-c2-l1_48K-l2_2048K")
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return load_model("tlm")
+
+
+@pytest.fixture(scope="module")
+def samples(shipped):
+    model, tok, meta = shipped
+    task = Task.from_op(ops.dense(48, 96, 64))
+    space = SearchSpace(task.outputs, HW)
+    gens = Generator.for_model(model, tok, meta, HW, Sampling(1.0), seed=3).generate(task, 8, 8, space)
+    return task, space, [g.trace for g in gens]
+
+
+def test_allowed_words_are_the_masks(samples):
+    task, space, traces = samples
+    for trace in traces:
+        words, scored = allowed_words(space, task, HW, trace)
+        assert words == trace_to_sentence(task, HW, trace).split()
+        assert scored[0][1] == {str(i) for i in range(len(space.sketches))}
+        for pos, ok in scored:
+            assert words[pos] in ok
+        for pos, ok in scored:  # a tile's first word: what is left after the outer factor divides the extent
+            if words[pos - 1] == "=" and words[pos - 3] == "tile":
+                extent = int(words[pos - 2])
+                assert ok <= {str(d) for d in range(1, extent + 1) if extent % d == 0}
+        # sentences scope also scores the question words, each with the one word the space asks
+        words2, scored2 = allowed_words(space, task, HW, trace, scope="sentences")
+        assert words2 == words and len(scored2) > len(scored)
+        assert all(len(ok) == 1 for p, ok in scored2 if p not in dict(scored))
+    with pytest.raises(ModelError, match="scope"):
+        allowed_words(space, task, HW, traces[0], scope="everything")
+
+
+def test_validity_loss_is_the_mass_outside_the_mask(samples, shipped):
+    _, tok, _ = shipped
+    task, space, traces = samples
+    ex = example(tok, space, task, HW, traces[0])
+    logits = torch.zeros(1, len(ex.ids), tok.vocab_size)
+    for p, ok in zip(ex.positions, ex.allowed):
+        logits[0, p - 1, ok] = 50.0  # all the mass inside
+    assert float(validity_loss(logits, [ex])) < 1e-6
+    uniform = torch.zeros(1, len(ex.ids), tok.vocab_size)
+    expect = sum(torch.log(torch.tensor(tok.vocab_size / len(ok))) for ok in ex.allowed) / len(ex.allowed)
+    assert float(validity_loss(uniform, [ex])) == pytest.approx(float(expect), rel=1e-5)
+
+
+def test_tuning_moves_mass_into_the_mask(samples, shipped, tmp_path):
+    _, tok, _ = shipped
+    task, space, traces = samples
+    examples = [example(tok, space, task, HW, t) for t in traces]
+    stats = validity_tune(model_dir("tlm"), str(tmp_path / "valid"), examples, steps=30,
+                          batch_size=8, lr=1e-3, log=None)
+    model, tok2, meta = load_model(str(tmp_path / "valid"))
+    before, _, _ = load_model("tlm")
+    with torch.no_grad():
+        x = torch.nn.utils.rnn.pad_sequence([torch.tensor(e.ids[:-1]) for e in examples], batch_first=True,
+                                            padding_value=tok.pad_id)
+        after_loss = float(validity_loss(model(x)[0], examples))
+        before_loss = float(validity_loss(before(x)[0], examples))
+    assert after_loss < before_loss / 2
+    assert meta["validity"]["steps"] == 30 and stats["history"]
+    assert meta["sft"]["demonstrations"] > 0  # the tuned model keeps its provenance
+    assert tok2.vocab_size == tok.vocab_size
