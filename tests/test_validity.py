@@ -1,4 +1,6 @@
 """Validity training: the allowed words are the mask's, and tuning moves mass into them."""
+import math
+
 import pytest
 import torch
 
@@ -7,7 +9,7 @@ from tlmir.errors import ModelError
 from tlmir.lm.generate import Generator, Sampling
 from tlmir.lm.language import trace_to_sentence
 from tlmir.lm.registry import load_model, model_dir
-from tlmir.lm.validity import allowed_words, example, validity_loss, validity_tune
+from tlmir.lm.validity import allowed_words, example, outside_mass, validity_loss, validity_tune
 from tlmir.runtime.target import HardwareParams
 from tlmir.runtime.task import Task
 from tlmir.schedule.space import SearchSpace
@@ -58,24 +60,34 @@ def test_validity_loss_is_the_mass_outside_the_mask(samples, shipped):
         logits[0, p - 1, ok] = 50.0  # all the mass inside
     assert float(validity_loss(logits, [ex])) < 1e-6
     uniform = torch.zeros(1, len(ex.ids), tok.vocab_size)
-    expect = sum(torch.log(torch.tensor(tok.vocab_size / len(ok))) for ok in ex.allowed) / len(ex.allowed)
-    assert float(validity_loss(uniform, [ex])) == pytest.approx(float(expect), rel=1e-5)
+    expect = torch.tensor([math.log(1 - len(ok) / tok.vocab_size) for ok in ex.allowed])
+    assert torch.allclose(outside_mass(uniform, [ex]), expect, atol=1e-5)
+    inside = -sum(math.log(len(ok) / tok.vocab_size) for ok in ex.allowed) / len(ex.allowed)
+    assert float(validity_loss(uniform, [ex])) > inside  # both terms push
 
 
-def test_tuning_moves_mass_into_the_mask(samples, shipped, tmp_path):
-    _, tok, _ = shipped
+def _outside(model, tok, examples):
+    x = torch.nn.utils.rnn.pad_sequence([torch.tensor(e.ids[:-1]) for e in examples], batch_first=True,
+                                        padding_value=tok.pad_id)
+    with torch.no_grad():
+        return float(outside_mass(model(x)[0], examples).exp().mean())
+
+
+def test_tuning_moves_mass_into_the_mask(samples, tmp_path):
+    base, tok, _ = load_model("base")  # pre-trained only: it still puts mass outside the mask
     task, space, traces = samples
     examples = [example(tok, space, task, HW, t) for t in traces]
-    stats = validity_tune(model_dir("tlm"), str(tmp_path / "valid"), examples, steps=30,
+    stats = validity_tune(model_dir("base"), str(tmp_path / "valid"), examples, steps=30,
                           batch_size=8, lr=1e-3, log=None)
     model, tok2, meta = load_model(str(tmp_path / "valid"))
-    before, _, _ = load_model("tlm")
-    with torch.no_grad():
-        x = torch.nn.utils.rnn.pad_sequence([torch.tensor(e.ids[:-1]) for e in examples], batch_first=True,
-                                            padding_value=tok.pad_id)
-        after_loss = float(validity_loss(model(x)[0], examples))
-        before_loss = float(validity_loss(before(x)[0], examples))
-    assert after_loss < before_loss / 2
-    assert meta["validity"]["steps"] == 30 and stats["history"]
-    assert meta["sft"]["demonstrations"] > 0  # the tuned model keeps its provenance
+    assert _outside(model, tok, examples) < _outside(base, tok, examples) / 2
+    assert meta["validity"]["steps"] == 30 and len(stats["history"]) == 1
     assert tok2.vocab_size == tok.vocab_size
+
+
+def test_shipped_model_keeps_its_answers_inside_the_mask(samples, shipped):
+    model, tok, meta = shipped
+    task, space, traces = samples
+    examples = [example(tok, space, task, HW, t) for t in traces]
+    assert "validity" in meta and "sft" in meta  # fine-tuned, then validity-tuned
+    assert _outside(model, tok, examples) < 1e-3

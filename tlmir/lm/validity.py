@@ -135,10 +135,13 @@ def outside_mass(logits: torch.Tensor, batch: Sequence[ValidityExample]) -> torc
 
 
 def validity_loss(logits: torch.Tensor, batch: Sequence[ValidityExample], floor: float = 1e-5) -> torch.Tensor:
-    """Mean over the scored positions of log(P(outside the mask) / floor), where above the
-    floor: in log space the push does not fade as the mass shrinks (-log P(inside) ~ P(outside)
-    would), and it stops at `floor` per word (25 words at 1e-5: 1 sentence in 4,000 invalid)."""
-    return torch.relu(outside_mass(logits, batch) - math.log(floor)).mean()
+    """Mean over the scored positions of -log P(inside the mask) + log(P(outside) / floor)
+    where above the floor. The first pulls where the model is sure of a refused word (its
+    push fades as the outside mass shrinks: -log P(inside) ~ P(outside)); the second, in
+    log space, does not fade, and stops at `floor` per word (25 words at 1e-5: one
+    sentence in 4,000 invalid)."""
+    outside = outside_mass(logits, batch)
+    return (torch.relu(outside - math.log(floor)) - torch.log1p(-outside.exp().clamp(max=1 - 1e-7))).mean()
 
 
 def masked_kl(logits: torch.Tensor, reference: torch.Tensor, batch: Sequence[ValidityExample]) -> torch.Tensor:
