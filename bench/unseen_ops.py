@@ -16,7 +16,8 @@ M x N x K (tlmir.ops.dense: X is M x K, W is N x K).
 
 Per operator: (1) how well-formed the model's unconstrained sentences are: n sentences
 sampled at the default temperature (Generator.unconstrained), a sentence counting when it
-parses into a trace and that trace replays in the task's space; (2) `tune` with the
+parses into a trace and that trace replays in the task's space, and how many of n
+programs whose answers are sampled without the mask stay in the space; (2) `tune` with the
 strategies of --tlm-strategies (default "tlm") for --tlm-trials measurements each and
 with "evolutionary" for --evo-trials, each into a records DB of its own under --db-dir
 (<strategy>-<model directory name>.db, evolutionary.db), so a rerun resumes and an
@@ -114,17 +115,24 @@ def assert_unseen(tasks: dict[str, Task]) -> None:
 
 
 def well_formed(task: Task, hw, model: str, n: int, seed: int) -> dict:
-    """Unconstrained sentences: how many parse into a trace, how many of those replay."""
+    """Unconstrained sentences: how many parse into a trace, how many of those replay; and
+    unmasked answers (the sketch code asks, the model answers from its whole vocabulary):
+    how many programs stay in the space."""
     from tlmir.lm.generate import Generator, Sampling, replay_errors
     from tlmir.lm.tlm_search import cached_model  # the one the tlm strategy loads, loaded once
     net, tok, meta = cached_model(model)
     space = SearchSpace(task.outputs, hw)
     t0 = time.perf_counter()
-    out = Generator.for_model(net, tok, meta, hw, Sampling(), seed).unconstrained(task, n)
+    gen = Generator.for_model(net, tok, meta, hw, Sampling(), seed)
+    out = gen.unconstrained(task, n)
     errors = [e for e in replay_errors(out, space) if e is not None]
     parsed, valid = sum(g.trace is not None for g in out), len(out) - len(errors)
+    answers = gen.generate(task, n, 64, space, masked=False)
+    answers_valid = sum(g.trace is not None for g in answers)
     return {"n": len(out), "parsed": parsed, "valid": valid, "share": valid / max(len(out), 1),
-            "seconds": time.perf_counter() - t0, "errors": errors[:5]}
+            "answers_valid": answers_valid, "answers_share": answers_valid / max(len(answers), 1),
+            "seconds": time.perf_counter() - t0, "errors": errors[:5],
+            "answer_errors": [g.error for g in answers if g.trace is None][:5]}
 
 
 def run_op(name: str, a, hw, dbs: dict[str, tuple[str, str, int]]) -> dict:
@@ -135,8 +143,8 @@ def run_op(name: str, a, hw, dbs: dict[str, tuple[str, str, int]]) -> dict:
     if a.unconstrained > 0:
         row["unconstrained"] = well_formed(task, hw, a.model, a.unconstrained, a.seed)
         u = row["unconstrained"]
-        print(f"[{name}] unconstrained: {u['valid']}/{u['n']} well-formed ({u['parsed']} parsed), "
-              f"{u['seconds']:.1f} s", flush=True)
+        print(f"[{name}] unconstrained: {u['valid']}/{u['n']} well-formed ({u['parsed']} parsed); unmasked "
+              f"answers: {u['answers_valid']}/{u['n']} in the space, {u['seconds']:.1f} s", flush=True)
     for run, (strategy, db, trials) in dbs.items():
         t0 = time.perf_counter()
         r = tune(task, trials=trials, strategy=strategy, db=db, progress=False, seed=a.seed, model=a.model)
@@ -166,7 +174,7 @@ def markdown(rows: list[dict], dbs: dict) -> str:
     tlms = [s for s in dbs if s != "evolutionary"]
     names = {s: f"{s.replace('evolutionary', 'evo')}-{k}" for s, (_, _, k) in dbs.items()}
     lines = ["| op | GFLOP | " + " | ".join(f"{names[s]} ms" for s in dbs) + " | "
-             + " | ".join(f"evo/{names[s]}" for s in tlms) + " | PyTorch ms | well-formed |",
+             + " | ".join(f"evo/{names[s]}" for s in tlms) + " | PyTorch ms | well-formed sentences / answers |",
              "|---|---:|" + "---:|" * (len(dbs) + len(tlms) + 2)]
 
     def ms(t):
@@ -175,7 +183,8 @@ def markdown(rows: list[dict], dbs: dict) -> str:
         times = " | ".join(ms(r["runs"][s].get("seconds")) for s in dbs)
         ratios = " | ".join(f"{r['evo_over'][s]:.2f}" if r["evo_over"][s] else "—" for s in tlms)
         u = r.get("unconstrained")
-        wf = f"{u['valid']}/{u['n']} ({100 * u['share']:.0f}%)" if u else "—"
+        wf = (f"{u['valid']}/{u['n']} ({100 * u['share']:.0f}%) / {u.get('answers_valid', '—')}/{u['n']}"
+              if u else "—")
         lines.append(f"| {r['desc']} | {r['gflop']:.3f} | {times} | {ratios} | "
                      f"{ms(r.get('torch_s'))} | {wf} |")
     return "\n".join(lines)

@@ -83,11 +83,3 @@ def test_tuning_moves_mass_into_the_mask(samples, tmp_path):
     assert _outside(model, tok, examples) < _outside(base, tok, examples) / 2
     assert meta["validity"]["steps"] == 30 and len(stats["history"]) == 1
     assert tok2.vocab_size == tok.vocab_size
-
-
-def test_shipped_model_keeps_its_answers_inside_the_mask(samples, shipped):
-    model, tok, meta = shipped
-    task, space, traces = samples
-    examples = [example(tok, space, task, HW, t) for t in traces]
-    assert "validity" in meta and "sft" in meta  # fine-tuned, then validity-tuned
-    assert _outside(model, tok, examples) < 1e-3
