@@ -47,6 +47,12 @@ def model_tensors(model: GPT) -> dict[str, torch.Tensor]:
     return {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items() if k != _TIED}
 
 
+def extra_of(meta: dict) -> dict:
+    """The entries of a config.json beyond the model's own fields: what `save_checkpoint`
+    was given as `extra`, to carry into a checkpoint derived from it."""
+    return {k: v for k, v in meta.items() if k not in _RESERVED}
+
+
 def save_checkpoint(model: GPT, directory: str, extra: dict | None = None) -> None:
     """Write `model.safetensors` and `config.json` into `directory` (created if missing)."""
     extra = dict(extra or {})

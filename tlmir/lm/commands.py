@@ -300,7 +300,7 @@ def add_parsers(sub) -> None:
     va.add_argument("--scope", default="answers", choices=("answers", "sentences"),
                     help="scored words: the answers, or every decision word (the grammar too)")
     va.add_argument("--steps", type=positive_int, default=1500, help="optimizer steps")
-    va.add_argument("--batch-size", type=positive_int, default=16, help="samples (and demonstrations) per step")
+    va.add_argument("--batch-size", type=positive_int, default=16, help="samples per step")
     va.add_argument("--lr", type=positive_float, default=5e-4, help="peak learning rate")
     va.add_argument("--anchor", type=nonneg_float, default=1.0, help="weight of the KL to the model as it "
                     "was over the allowed words (what masked sampling draws)")

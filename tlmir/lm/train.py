@@ -196,7 +196,8 @@ def _same_shape(a: GPTConfig, b: GPTConfig) -> bool:
     return da == db
 
 
-def _optimizer(model: GPT, lr: float, weight_decay: float) -> torch.optim.AdamW:
+def optimizer(model: GPT, lr: float, weight_decay: float) -> torch.optim.AdamW:
+    """AdamW with weight decay on the 2-D weights only (not biases, LayerNorm gains)."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
@@ -314,7 +315,7 @@ def pretrain(sequences, val_sequences, config: GPTConfig,
                     model.load_state_dict(base.state_dict())
                     log(f"{out_dir}: starting from the weights of {init_from}")
             model.to(device).train()
-            opt = _optimizer(model, lr, weight_decay)
+            opt = optimizer(model, lr, weight_decay)
             if resumed_from is not None:
                 load_training_state(state_path, model, opt, step)
             order = _Order(len(train), batch_size, seed)

@@ -12,10 +12,11 @@ Validity training adds, at every answer word, a loss on the log of the mass the 
 puts outside the mask (down to a floor). It reads sentences the model writes itself
 (masked samples of training tasks, the prefixes it meets when it samples), no measurement
 needed. A KL term to the model as it was, both renormalized over the allowed words, keeps
-what masked sampling draws, so search sees the same model. With `scope="sentences"` the question words are scored too (each has one
-allowed word: the space's), so the model also writes the grammar itself.
+what masked sampling draws, so search sees the same model. With `scope="sentences"` the
+question words are scored too (each has one allowed word: the space's), so the model also
+writes the grammar itself.
 
-    tlmir train validity --model tlm --out runs/tlm-valid --tasks 800 --per-task 8
+    tlmir train validity --model tlm --out runs/tlm-valid --tasks 600 --per-task 8
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 from ..errors import ModelError, TlmirError
 from ..runtime.target import HardwareParams
@@ -84,7 +86,7 @@ def example(tok: Tokenizer, space: SearchSpace, task, hw: HardwareParams, trace:
             scope: str = "answers") -> ValidityExample:
     words, scored = allowed_words(space, task, hw, trace, scope)
     return ValidityExample(tok.encode(words), [p for p, _ in scored],
-                           [sorted(tok.encode(sorted(ok))) for _, ok in scored])
+                           [sorted(set(tok.encode(list(ok)))) for _, ok in scored])
 
 
 def sample_examples(model, tok: Tokenizer, meta: dict, tasks: Sequence, hws: Sequence[HardwareParams],
@@ -114,24 +116,38 @@ def sample_examples(model, tok: Tokenizer, meta: dict, tasks: Sequence, hws: Seq
     return out
 
 
-def _scored(logits: torch.Tensor, batch: Sequence[ValidityExample]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(the logits [N, V] at the batch's scored positions, the allowed words there as a mask)
-    (logits row t of a sentence predicts its token t + 1)."""
+def _scored(batch: Sequence[ValidityExample], vocab: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(rows, columns) of the batch's scored positions in its logits [B, T, V] (logits row
+    t of a sentence predicts its token t + 1), and the allowed words there as a mask [N, V]."""
     rows, cols = [], []
-    mask = torch.zeros(sum(len(ex.positions) for ex in batch), logits.size(-1), dtype=torch.bool)
+    mask = torch.zeros(sum(len(ex.positions) for ex in batch), vocab, dtype=torch.bool)
     for r, ex in enumerate(batch):
         for p, ok in zip(ex.positions, ex.allowed):
             mask[len(rows), ok] = True
             rows.append(r)
             cols.append(p - 1)
-    return logits[torch.tensor(rows), torch.tensor(cols)].float(), mask
+    return torch.tensor(rows), torch.tensor(cols), mask
+
+
+def _outside(picked: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return torch.logsumexp(picked.masked_fill(mask, -math.inf), -1) - torch.logsumexp(picked, -1)
+
+
+def _loss(outside: torch.Tensor, floor: float) -> torch.Tensor:
+    return (torch.relu(outside - math.log(floor)) - torch.log1p(-outside.exp().clamp(max=1 - 1e-7))).mean()
+
+
+def _kl(picked: torch.Tensor, ref: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    new = torch.log_softmax(picked.masked_fill(~mask, -math.inf), -1)
+    old = torch.log_softmax(ref.masked_fill(~mask, -math.inf), -1)
+    return torch.where(mask, old.exp() * (old - new), torch.zeros_like(new)).sum(-1).mean()
 
 
 def outside_mass(logits: torch.Tensor, batch: Sequence[ValidityExample]) -> torch.Tensor:
     """Per scored position, log P(a word the mask refuses) under `logits` [B, T, V]
     (-inf where every word is allowed)."""
-    picked, mask = _scored(logits, batch)
-    return torch.logsumexp(picked.masked_fill(mask, -math.inf), -1) - torch.logsumexp(picked, -1)
+    rows, cols, mask = _scored(batch, logits.size(-1))
+    return _outside(logits[rows, cols].float(), mask)
 
 
 def validity_loss(logits: torch.Tensor, batch: Sequence[ValidityExample], floor: float = 1e-5) -> torch.Tensor:
@@ -140,27 +156,18 @@ def validity_loss(logits: torch.Tensor, batch: Sequence[ValidityExample], floor:
     push fades as the outside mass shrinks: -log P(inside) ~ P(outside)); the second, in
     log space, does not fade, and stops at `floor` per word (25 words at 1e-5: one
     sentence in 4,000 invalid)."""
-    outside = outside_mass(logits, batch)
-    return (torch.relu(outside - math.log(floor)) - torch.log1p(-outside.exp().clamp(max=1 - 1e-7))).mean()
+    return _loss(outside_mass(logits, batch), floor)
 
 
 def masked_kl(logits: torch.Tensor, reference: torch.Tensor, batch: Sequence[ValidityExample]) -> torch.Tensor:
     """Mean over the scored positions of KL(reference || model), both renormalized over the
     allowed words: how far the model has moved what masked sampling draws."""
-    picked, mask = _scored(logits, batch)
-    ref, _ = _scored(reference, batch)
-    new = torch.log_softmax(picked.masked_fill(~mask, -math.inf), -1)
-    old = torch.log_softmax(ref.masked_fill(~mask, -math.inf), -1)
-    terms = torch.where(mask, old.exp() * (old - new), torch.zeros_like(new))
-    return terms.sum(-1).mean()
+    rows, cols, mask = _scored(batch, logits.size(-1))
+    return _kl(logits[rows, cols].float(), reference[rows, cols].float(), mask)
 
 
 def _pad(seqs: list[list[int]], pad_id: int) -> torch.Tensor:
-    width = max(len(s) for s in seqs)
-    x = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    for r, s in enumerate(seqs):
-        x[r, :len(s)] = torch.tensor(s)
-    return x
+    return pad_sequence([torch.tensor(s) for s in seqs], batch_first=True, padding_value=pad_id)
 
 
 def validity_tune(model_dir: str, out_dir: str, examples: Sequence[ValidityExample], steps: int = 1500,
@@ -171,40 +178,38 @@ def validity_tune(model_dir: str, out_dir: str, examples: Sequence[ValidityExamp
     what masked sampling (search) draws stays as it was while the mass outside the mask
     goes. The files a model ships beside its weights (tokenizer, transfer sources,
     demonstrations) are copied. A short run: killed, it starts again."""
-    from .checkpoint import _RESERVED, load_checkpoint, save_checkpoint
+    from .checkpoint import extra_of, load_checkpoint, save_checkpoint
+    from .train import optimizer
     tok = Tokenizer.load(os.path.join(model_dir, "tokenizer.json"))
     model, meta = load_checkpoint(model_dir, expect_vocab_size=tok.vocab_size)
     reference, _ = load_checkpoint(model_dir, expect_vocab_size=tok.vocab_size)
     if not examples:
         raise ModelError(f"validity training into {out_dir}: no examples")
-    rng = random.Random(seed)
+    rng, pool = random.Random(seed), list(examples)
     torch.manual_seed(seed)
     model.train()
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    rest = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
-                            lr=lr, betas=(0.9, 0.95))
+    opt = optimizer(model, lr, weight_decay=0.1)
     t0, history = time.monotonic(), []
     run_valid = run_kl = run_out = 0.0
     for step in range(steps):
         for g in opt.param_groups:
             g["lr"] = lr * min(1.0, (step + 1) / 50) * 0.5 * (1 + math.cos(math.pi * step / steps))
-        batch = rng.sample(list(examples), min(batch_size, len(examples)))
+        batch = rng.sample(pool, min(batch_size, len(pool)))
         x = _pad([ex.ids[:-1] for ex in batch], tok.pad_id)
-        logits, _ = model(x)
+        rows, cols, mask = _scored(batch, tok.vocab_size)
+        picked = model(x)[0][rows, cols].float()
         with torch.no_grad():
-            ref_logits, _ = reference(x)
-        loss_valid = validity_loss(logits, batch, floor)
-        with torch.no_grad():
-            outside = outside_mass(logits, batch).exp().mean()
-        loss_kl = masked_kl(logits, ref_logits, batch)
+            ref = reference(x)[0][rows, cols].float()
+        outside = _outside(picked, mask)
+        loss_valid = _loss(outside, floor)
+        loss_kl = _kl(picked, ref, mask)
         loss = loss_valid + anchor * loss_kl
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         run_valid += float(loss_valid.detach())
-        run_out += float(outside)
+        run_out += float(outside.detach().exp().mean())
         run_kl += float(loss_kl.detach())
         if (step + 1) % 100 == 0 or step + 1 == steps:
             n = (step % 100) + 1
@@ -216,7 +221,7 @@ def validity_tune(model_dir: str, out_dir: str, examples: Sequence[ValidityExamp
             run_valid = run_kl = run_out = 0.0
     model.eval()
     os.makedirs(out_dir, exist_ok=True)
-    extra = {k: v for k, v in meta.items() if k not in _RESERVED and k != "train_state_sha256"}
+    extra = {k: v for k, v in extra_of(meta).items() if k != "train_state_sha256"}  # not these weights' state
     extra["validity"] = {"examples": len(examples), "steps": steps, "batch_size": batch_size, "lr": lr,
                          "anchor": anchor, "floor": floor, "history": history}
     save_checkpoint(model, out_dir, extra)
