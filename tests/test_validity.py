@@ -9,7 +9,7 @@ from tlmir.errors import ModelError
 from tlmir.lm.generate import Generator, Sampling
 from tlmir.lm.language import trace_to_sentence
 from tlmir.lm.registry import load_model, model_dir
-from tlmir.lm.validity import allowed_words, example, outside_mass, validity_loss, validity_tune
+from tlmir.lm.validity import allowed_words, example, inputs, outside_mass, validity_loss, validity_tune
 from tlmir.runtime.target import HardwareParams
 from tlmir.runtime.task import Task
 from tlmir.schedule.space import SearchSpace
@@ -67,8 +67,7 @@ def test_validity_loss_is_the_mass_outside_the_mask(samples, shipped):
 
 
 def _outside(model, tok, examples):
-    x = torch.nn.utils.rnn.pad_sequence([torch.tensor(e.ids[:-1]) for e in examples], batch_first=True,
-                                        padding_value=tok.pad_id)
+    x = inputs(examples, tok.pad_id)
     with torch.no_grad():
         return float(outside_mass(model(x)[0], examples).exp().mean())
 

@@ -101,9 +101,15 @@ def cmd_train_validity(args) -> None:
     tasks = split_tasks("train")
     random.Random(args.seed).shuffle(tasks)
     hws = [HardwareParams.from_key(k) for k in args.hardware]
-    examples = sample_examples(model, tok, meta, tasks[:args.tasks], hws, args.per_task, args.scope, args.seed)
+    tasks = tasks[:args.tasks]
+    novel = {"tasks": args.novel, "seed": args.seed} if args.novel else None
+    if novel:
+        from .novel_tasks import novel_tasks
+        tasks += novel_tasks(args.novel, args.seed)
+    examples = sample_examples(model, tok, meta, tasks, hws, args.per_task, args.scope, args.seed)
     stats = validity_tune(model_dir(args.model), args.out, examples, steps=args.steps,
-                          batch_size=args.batch_size, lr=args.lr, anchor=args.anchor, seed=args.seed)
+                          batch_size=args.batch_size, lr=args.lr, anchor=args.anchor, seed=args.seed,
+                          novel=novel)
     print(json.dumps(stats, indent=1))
 
 
@@ -295,6 +301,9 @@ def add_parsers(sub) -> None:
     va.add_argument("--model", default="tlm", help="the model tuned: tlm, base or a directory")
     va.add_argument("--out", required=True, help="directory of the tuned model")
     va.add_argument("--tasks", type=positive_int, default=600, help="training tasks sampled")
+    va.add_argument("--novel", type=nonneg_int, default=0, help="tasks of no workload drawn at random "
+                    "(tlmir.lm.novel_tasks) sampled beside the training tasks, so the KL anchor holds "
+                    "the model where no training prompt is")
     va.add_argument("--per-task", type=positive_int, default=8, help="samples per task and hardware")
     va.add_argument("--hardware", nargs="+", default=list(SAMPLED_HARDWARE), help="hardware keys sampled on")
     va.add_argument("--scope", default="answers", choices=("answers", "sentences"),

@@ -166,18 +166,20 @@ def masked_kl(logits: torch.Tensor, reference: torch.Tensor, batch: Sequence[Val
     return _kl(logits[rows, cols].float(), reference[rows, cols].float(), mask)
 
 
-def _pad(seqs: list[list[int]], pad_id: int) -> torch.Tensor:
-    return pad_sequence([torch.tensor(s) for s in seqs], batch_first=True, padding_value=pad_id)
+def inputs(batch: Sequence[ValidityExample], pad_id: int) -> torch.Tensor:
+    """The batch's sentences but their last token, padded: what the model reads [B, T]."""
+    return pad_sequence([torch.tensor(ex.ids[:-1]) for ex in batch], batch_first=True, padding_value=pad_id)
 
 
 def validity_tune(model_dir: str, out_dir: str, examples: Sequence[ValidityExample], steps: int = 1500,
                   batch_size: int = 16, lr: float = 3e-4, anchor: float = 1.0, floor: float = 1e-5, seed: int = 0,
-                  log: Callable[[str], None] | None = print) -> dict:
+                  novel: dict | None = None, log: Callable[[str], None] | None = print) -> dict:
     """Fine-tune the model in `model_dir` into `out_dir`: each step, on `batch_size`
     examples, the validity loss plus `anchor` x the masked KL to the model as it was, so
     what masked sampling (search) draws stays as it was while the mass outside the mask
     goes. The files a model ships beside its weights (tokenizer, transfer sources,
-    demonstrations) are copied. A short run: killed, it starts again."""
+    demonstrations) are copied. `novel` ({"tasks": n, "seed": s}: the examples include
+    `novel_tasks(n, s)`) is recorded with the model. A short run: killed, it starts again."""
     from .checkpoint import extra_of, load_checkpoint, save_checkpoint
     from .train import optimizer
     tok = Tokenizer.load(os.path.join(model_dir, "tokenizer.json"))
@@ -195,7 +197,7 @@ def validity_tune(model_dir: str, out_dir: str, examples: Sequence[ValidityExamp
         for g in opt.param_groups:
             g["lr"] = lr * min(1.0, (step + 1) / 50) * 0.5 * (1 + math.cos(math.pi * step / steps))
         batch = rng.sample(pool, min(batch_size, len(pool)))
-        x = _pad([ex.ids[:-1] for ex in batch], tok.pad_id)
+        x = inputs(batch, tok.pad_id)
         rows, cols, mask = _scored(batch, tok.vocab_size)
         picked = model(x)[0][rows, cols].float()
         with torch.no_grad():
@@ -223,7 +225,7 @@ def validity_tune(model_dir: str, out_dir: str, examples: Sequence[ValidityExamp
     os.makedirs(out_dir, exist_ok=True)
     extra = {k: v for k, v in extra_of(meta).items() if k != "train_state_sha256"}  # not these weights' state
     extra["validity"] = {"examples": len(examples), "steps": steps, "batch_size": batch_size, "lr": lr,
-                         "anchor": anchor, "floor": floor, "history": history}
+                         "anchor": anchor, "floor": floor, "novel": novel, "history": history}
     save_checkpoint(model, out_dir, extra)
     for name in COPIED:
         src = os.path.join(model_dir, name)

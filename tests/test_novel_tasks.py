@@ -1,0 +1,50 @@
+"""Novel tasks: drawn deterministically, in no workload, and every one a task the space
+schedules into a program that computes what its definition says."""
+import random
+
+import numpy as np
+
+from tlmir.build import reference_outputs
+from tlmir.lm.novel_tasks import extent, novel_tasks
+from tlmir.runtime.backend import compile_func
+from tlmir.runtime.measure import check_outputs
+from tlmir.schedule.decider import RandomDecider
+from tlmir.schedule.lower import lower
+from tlmir.schedule.space import SearchSpace
+from tlmir.workloads import split_tasks
+
+
+def test_extents_stay_in_range_and_are_not_all_powers_of_two():
+    rng = random.Random(0)
+    drawn = [extent(rng, 8, 1000) for _ in range(400)]
+    assert all(8 <= n <= 1000 for n in drawn)
+    assert any(n & (n - 1) for n in drawn) and any(not n & (n - 1) for n in drawn)
+
+
+def test_novel_tasks_are_deterministic_new_and_varied():
+    tasks = novel_tasks(40, seed=5)
+    assert [t.key for t in tasks] == [t.key for t in novel_tasks(40, seed=5)]
+    assert [t.key for t in tasks] != [t.key for t in novel_tasks(40, seed=6)]
+    assert len({t.key for t in tasks}) == 40
+    known = {t.key for split in ("train", "held-out") for t in split_tasks(split)}
+    assert not known & {t.key for t in tasks}
+    names = {t.name for t in tasks}
+    assert {"novel_te_chain", "novel_te_reduce", "novel_te_epilogue"} <= names
+    assert len(names) >= 10
+    avoided = novel_tasks(5, seed=5, avoid=frozenset({tasks[0].key}))
+    assert tasks[0].key not in {t.key for t in avoided}
+
+
+def test_novel_te_programs_lower_compile_and_match_their_definition():
+    rng = random.Random(1)
+    tasks = [t for t in novel_tasks(30, seed=2) if t.name.startswith("novel_te_")
+             and all(np.prod(x.shape) <= 1 << 16 for x in t.args)][:4]
+    assert tasks
+    for task in tasks:
+        space = SearchSpace(task.outputs)
+        kernel = compile_func(lower(space.apply(rng.randrange(len(space.sketches)),
+                                                RandomDecider(rng))[0], task.args))
+        ins = task.random_inputs(0)
+        outs = [np.zeros(t.shape, t.dtype) for t in task.outputs]
+        kernel(*ins, *outs)
+        assert not check_outputs(outs, reference_outputs(task, ins), 1e-3, 1e-3), task.name

@@ -1,0 +1,151 @@
+"""Tasks of no workload, drawn at random: prompts a model meets only outside its training.
+
+Fine-tuning on the training split's tasks moves a model most where their prompts are, and
+also where they are not: an operator of no network, a shape no variant has. Stages that
+hold a model to what it was (the KL anchor of `tlmir.lm.validity`) need such prompts to
+hold it there. They need no measurement, only tasks, so they are drawn here:
+
+- a library op (`tlmir.ops.OPS`) at a random shape, its extents products of small primes
+  (1,000 = 2^3 5^3, 3,000, 30, 96, ...) as well as powers of two;
+- a small program written in `te`: an element-wise chain over a matrix and broadcast
+  vectors, a row reduction followed by an element-wise stage, or a dense / matmul
+  followed by an element-wise epilogue written by hand.
+
+A task whose key any workload split holds is drawn again, so these tasks stay novel.
+"""
+from __future__ import annotations
+
+import random
+from typing import Callable
+
+from .. import ops, te
+from ..errors import TlmirError
+from ..runtime.task import Task
+
+_PRIMES = (2, 2, 2, 3, 5, 7)
+
+
+def extent(rng: random.Random, lo: int, hi: int) -> int:
+    """An extent in [lo, hi]: half the time a power of two, else a product of small primes
+    (every factorization a tile question can meet)."""
+    if rng.random() < 0.5:
+        powers = [1 << k for k in range(20) if lo <= 1 << k <= hi]
+        if powers:
+            return rng.choice(powers)
+    n = 1
+    for _ in range(64):
+        p = rng.choice(_PRIMES)
+        if n * p > hi:
+            break
+        n *= p
+        if n >= lo and rng.random() < 0.25:
+            break
+    return max(lo, min(n, hi))
+
+
+def _image(rng: random.Random) -> dict:
+    return {"N": rng.choice((1, 1, 1, 2, 4)), "C": extent(rng, 3, 512), "H": extent(rng, 7, 112)}
+
+
+def _conv(rng: random.Random, builder: Callable, **extra) -> ops.OpDef:
+    im, r = _image(rng), rng.choice((1, 1, 3, 3, 5, 7))
+    stride, pad = rng.choice((1, 1, 2)), rng.choice((0, r // 2))
+    h = max(im["H"], r)
+    return builder(im["N"], im["C"], h, h, extent(rng, 8, 512), r, r, stride=stride, padding=pad, **extra)
+
+
+def _library_op(rng: random.Random) -> ops.OpDef:
+    kind = rng.choice(sorted(ops.OPS))
+    e = lambda lo, hi: extent(rng, lo, hi)  # noqa: E731
+    if kind == "matmul":
+        return ops.matmul(e(1, 1024), e(8, 4096), e(8, 4096))
+    if kind == "batch_matmul":
+        return ops.batch_matmul(e(1, 16), e(1, 512), e(8, 512), e(8, 256))
+    if kind == "dense":
+        return ops.dense(e(1, 512), e(8, 4096), e(8, 4096), bias=rng.random() < 0.5,
+                         act=rng.choice((None, "relu", "gelu")))
+    if kind in ("conv2d_nchw", "conv2d_nhwc", "conv2d_bias_relu", "conv2d_bias"):
+        return _conv(rng, ops.OPS[kind])
+    if kind == "conv2d_transpose_nchw":
+        im, r = _image(rng), rng.choice((2, 3, 4))
+        return ops.conv2d_transpose_nchw(im["N"], im["C"], min(im["H"], 32), min(im["H"], 32),
+                                         e(3, 256), r, r, stride=2, padding=1 if r > 2 else 0)
+    if kind == "depthwise_conv2d_nchw":
+        im, r = _image(rng), rng.choice((3, 5))
+        return ops.depthwise_conv2d_nchw(im["N"], im["C"], im["H"], im["H"], r, r,
+                                         stride=rng.choice((1, 2)), padding=r // 2)
+    if kind in ("max_pool2d", "avg_pool2d"):
+        im, k = _image(rng), rng.choice((2, 3))
+        return ops.OPS[kind](im["N"], im["C"], im["H"], im["H"], kernel=k, stride=rng.choice((1, 2)),
+                             padding=k // 2 if k == 3 else 0)
+    if kind in ("softmax", "layernorm", "rmsnorm", "bias_add_gelu", "silu_mul"):
+        return ops.OPS[kind](e(1, 1024), e(8, 8192))
+    return ops.OPS[kind]((e(1, 64), e(8, 512), e(1, 64)) if rng.random() < 0.5 else (e(1, 256), e(8, 8192)))
+
+
+_UNARY: tuple[Callable, ...] = (lambda v: te.max(v, 0.0), te.sigmoid, te.tanh, te.exp,
+                                lambda v: v * v, lambda v: v * 0.5 + 1.0, te.abs)
+
+
+def _elementwise(rng: random.Random, v, x, vectors, j):
+    """A random element-wise expression of `v` (and x, broadcast vectors at column j)."""
+    for _ in range(rng.randint(1, 3)):
+        pick = rng.random()
+        if pick < 0.4:
+            v = rng.choice(_UNARY)(v)
+        elif pick < 0.7 and vectors:
+            vec = rng.choice(vectors)
+            v = v * vec[j] if rng.random() < 0.5 else v + vec[j]
+        else:
+            v = v * x if rng.random() < 0.5 else v + x
+    return v
+
+
+def _te_program(rng: random.Random) -> tuple[str, list]:
+    M, N = extent(rng, 1, 1024), extent(rng, 8, 8192)
+    kind = rng.choice(("chain", "reduce", "epilogue"))
+    if kind == "epilogue":
+        K = extent(rng, 8, 4096)
+        base = (ops.dense if rng.random() < 0.5 else ops.matmul)(M, N, K)
+        D = base.outputs[0]
+        y = te.compute((M, N), lambda i, j: _elementwise(rng, D[i, j], D[i, j], [], j), name="epilogue")
+        return "te_epilogue", base.inputs + [y]
+    x = te.placeholder((M, N), name="x")
+    vectors = [te.placeholder((N,), name=f"v{k}") for k in range(rng.randint(0, 2))]
+    if kind == "chain":
+        stages = [x]
+        for s in range(rng.randint(1, 3)):
+            prev = stages[-1]
+            stages.append(te.compute((M, N), lambda i, j: _elementwise(rng, prev[i, j], x[i, j], vectors, j),
+                                     name=f"s{s}"))
+        return "te_chain", [x] + vectors + [stages[-1]]
+    k = te.reduce_axis(N, "k")
+    f = rng.choice(_UNARY)
+    combine = te.sum if rng.random() < 0.7 else (lambda v, axis: te.max(v, axis=axis))
+    red = te.compute((M,), lambda i: combine(f(x[i, k]), axis=k), name="reduce")
+    out = te.compute((M,), lambda i: rng.choice((te.sqrt, te.exp, lambda v: v * 0.5))(red[i]), name="post")
+    return "te_reduce", [x, out]
+
+
+def novel_tasks(n: int, seed: int = 0, avoid: frozenset[str] = frozenset()) -> list[Task]:
+    """`n` tasks drawn at random (half library ops at random shapes, half `te` programs),
+    none of a workload split (train or held-out) and none whose key is in `avoid`."""
+    from ..workloads import split_tasks
+    known = {t.key for split in ("train", "held-out") for t in split_tasks(split)} | set(avoid)
+    rng, out, seen = random.Random(seed), [], set()
+    for _ in range(50 * n):
+        if len(out) == n:
+            break
+        try:
+            if rng.random() < 0.5:
+                op = _library_op(rng)
+                task = Task.from_op(op, name=f"novel_{op.family}")
+            else:
+                name, args = _te_program(rng)
+                task = Task(f"novel_{name}", args)
+        except TlmirError:
+            continue  # a shape the op refuses (a kernel larger than the image, ...)
+        if task.key not in known and task.key not in seen:
+            seen.add(task.key)
+            out.append(task)
+    return out
