@@ -301,7 +301,7 @@ def add_parsers(sub) -> None:
     va.add_argument("--model", default="tlm", help="the model tuned: tlm, base or a directory")
     va.add_argument("--out", required=True, help="directory of the tuned model")
     va.add_argument("--tasks", type=positive_int, default=600, help="training tasks sampled")
-    va.add_argument("--novel", type=nonneg_int, default=0, help="tasks of no workload drawn at random "
+    va.add_argument("--novel", type=nonneg_int, default=600, help="tasks of no workload drawn at random "
                     "(tlmir.lm.novel_tasks) sampled beside the training tasks, so the KL anchor holds "
                     "the model where no training prompt is")
     va.add_argument("--per-task", type=positive_int, default=8, help="samples per task and hardware")
