@@ -7,6 +7,7 @@
         [--tlm-strategies tlm,tlm+evolutionary] [--evo-trials 200] [--unconstrained 64]
         [--model default] [--db-dir runs/unseen] [--seed 0] [--rounds 5] [--threads N]
         [--compare NAME=DB ...] [--no-torch] [--json out.json]
+    .venv/bin/python bench/unseen_ops.py --well-formed-only [--model M] [--unconstrained 64]  # sampling only
 
 Six operators that no network of tlmir.workloads contains (asserted: no task key of the
 train or held-out split matches), each an `OpDef` with a numpy reference, so every
@@ -206,6 +207,8 @@ def main() -> None:
     p.add_argument("--compare", nargs="*", default=[], metavar="NAME=DB",
                    help="finished tlm runs (record DBs of --tlm-trials each, e.g. of the code or model "
                         "before a change) whose best programs are re-timed beside the others")
+    p.add_argument("--well-formed-only", action="store_true",
+                   help="only sample --unconstrained sentences and answers per op (no search, no timing)")
     p.add_argument("--json")
     a = p.parse_args()
     names = a.ops.split(",") if a.ops else list(OPS)
@@ -213,6 +216,13 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown ops {unknown}; known: {', '.join(OPS)}")
     assert_unseen({n: Task.from_op(OPS[n][1](), name=n) for n in OPS})
+    hw = host_hardware()
+    if a.well_formed_only:
+        for n in names:
+            u = well_formed(Task.from_op(OPS[n][1](), name=n), hw, a.model, a.unconstrained or 64, a.seed)
+            print(f"{n:16} sentences {u['valid']}/{u['n']} well-formed ({u['parsed']} parse); "
+                  f"answers {u['answers_valid']}/{u['n']} in the space; first errors: {u['errors'][:2]}")
+        return
     os.makedirs(a.db_dir, exist_ok=True)
     strategies = a.tlm_strategies.split(",")
     if not set(strategies) <= {"tlm", "tlm+evolutionary"}:
@@ -226,7 +236,6 @@ def main() -> None:
         dbs[name] = ("tlm", path, a.tlm_trials)
         strategies.append(name)
     dbs["evolutionary"] = ("evolutionary", os.path.join(a.db_dir, "evolutionary.db"), a.evo_trials)
-    hw = host_hardware()
     rows = [run_op(n, a, hw, dbs) for n in names]
     geo = {}
     for s in strategies:
