@@ -62,11 +62,14 @@ def main() -> None:
     if ref_tok.vocab_size != tok.vocab_size:
         raise SystemExit("the two models do not share a vocabulary")
     unseen = {name: Task.from_op(make(), name=name) for name, (_, make) in UNSEEN.items()}
-    drawn = extra_of(meta).get("validity", {}).get("novel")
-    if drawn:
-        keys = {t.key for t in novel_tasks(drawn["tasks"], drawn["seed"])}
-        clash = [n for n, t in unseen.items() if t.key in keys]
-        assert not clash, f"the validity stage trained on {clash}"
+    stage = extra_of(meta).get("validity")
+    while stage:  # every validity stage the model went through, latest first
+        drawn = stage.get("sampled") or {}
+        if drawn.get("novel"):
+            keys = {t.key for t in novel_tasks(drawn["novel"], drawn["seed"])}
+            clash = [n for n, t in unseen.items() if t.key in keys]
+            assert not clash, f"a validity stage trained on {clash}"
+        stage = stage.get("previous")
     hw, rows = host_hardware(), []
     for group, tasks in (("held-out", representative_tasks("held-out")), ("unseen", list(unseen.values()))):
         for task in tasks:

@@ -81,4 +81,5 @@ def test_tuning_moves_mass_into_the_mask(samples, tmp_path):
     model, tok2, meta = load_model(str(tmp_path / "valid"))
     assert _outside(model, tok, examples) < _outside(base, tok, examples) / 2
     assert meta["validity"]["steps"] == 30 and len(stats["history"]) == 1
+    assert meta["validity"]["previous"] is None  # `base` went through no validity stage before
     assert tok2.vocab_size == tok.vocab_size

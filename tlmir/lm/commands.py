@@ -102,14 +102,15 @@ def cmd_train_validity(args) -> None:
     random.Random(args.seed).shuffle(tasks)
     hws = [HardwareParams.from_key(k) for k in args.hardware]
     tasks = tasks[:args.tasks]
-    novel = {"tasks": args.novel, "seed": args.seed} if args.novel else None
-    if novel:
+    if args.novel:
         from .novel_tasks import novel_tasks
         tasks += novel_tasks(args.novel, args.seed)
     examples = sample_examples(model, tok, meta, tasks, hws, args.per_task, args.scope, args.seed)
+    sampled = {"tasks": args.tasks, "novel": args.novel, "seed": args.seed, "per_task": args.per_task,
+               "scope": args.scope, "hardware": list(args.hardware)}
     stats = validity_tune(model_dir(args.model), args.out, examples, steps=args.steps,
                           batch_size=args.batch_size, lr=args.lr, anchor=args.anchor, seed=args.seed,
-                          novel=novel)
+                          sampled=sampled)
     print(json.dumps(stats, indent=1))
 
 

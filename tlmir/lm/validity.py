@@ -173,13 +173,15 @@ def inputs(batch: Sequence[ValidityExample], pad_id: int) -> torch.Tensor:
 
 def validity_tune(model_dir: str, out_dir: str, examples: Sequence[ValidityExample], steps: int = 1500,
                   batch_size: int = 16, lr: float = 3e-4, anchor: float = 1.0, floor: float = 1e-5, seed: int = 0,
-                  novel: dict | None = None, log: Callable[[str], None] | None = print) -> dict:
+                  sampled: dict | None = None, log: Callable[[str], None] | None = print) -> dict:
     """Fine-tune the model in `model_dir` into `out_dir`: each step, on `batch_size`
     examples, the validity loss plus `anchor` x the masked KL to the model as it was, so
     what masked sampling (search) draws stays as it was while the mass outside the mask
     goes. The files a model ships beside its weights (tokenizer, transfer sources,
-    demonstrations) are copied. `novel` ({"tasks": n, "seed": s}: the examples include
-    `novel_tasks(n, s)`) is recorded with the model. A short run: killed, it starts again."""
+    demonstrations) are copied. The run is recorded in the model's config.json under
+    `validity`, with `sampled` (how the examples were drawn: training tasks, novel tasks
+    (`novel_tasks(novel, seed)`), scope, ...) and, where the start model went through this
+    stage too, its record as `previous`. A short run: killed, it starts again."""
     from .checkpoint import extra_of, load_checkpoint, save_checkpoint
     from .train import optimizer
     tok = Tokenizer.load(os.path.join(model_dir, "tokenizer.json"))
@@ -225,7 +227,8 @@ def validity_tune(model_dir: str, out_dir: str, examples: Sequence[ValidityExamp
     os.makedirs(out_dir, exist_ok=True)
     extra = {k: v for k, v in extra_of(meta).items() if k != "train_state_sha256"}  # not these weights' state
     extra["validity"] = {"examples": len(examples), "steps": steps, "batch_size": batch_size, "lr": lr,
-                         "anchor": anchor, "floor": floor, "novel": novel, "history": history}
+                         "anchor": anchor, "floor": floor, "sampled": sampled, "history": history,
+                         "previous": extra.get("validity")}
     save_checkpoint(model, out_dir, extra)
     for name in COPIED:
         src = os.path.join(model_dir, name)
