@@ -1,5 +1,6 @@
-"""Evolutionary search on the training tasks of an iterate run whose names match a pattern,
-into one records database: fresh measurements where the iterate records have gone stale.
+"""Evolutionary search on the training tasks of an iterate run (or on novel tasks, `--novel`)
+whose names match a pattern, into one records database: fresh measurements where the iterate
+records have gone stale, or a real search where the iterate run's few samples are weak.
 
     .venv/bin/python bench/evolve_tasks.py --match '_s2_' --db runs/evo-s2.db \
         --archive data/stride2/evolutionary.jsonl.xz [--trials 64] [--iterate runs/iterate]
@@ -41,15 +42,22 @@ def main() -> None:
     p.add_argument("--iterate", default="runs/iterate", help="the iterate run whose tasks are searched")
     p.add_argument("--archive-of-iterate", default="data/iterate",
                    help="where the iterate run's task list is read when --iterate has none")
+    p.add_argument("--novel", type=int, default=0,
+                   help="search this many tasks of no workload (tlmir.lm.novel_tasks, seed 0: those "
+                        "`tlmir iterate --split novel` measures) instead of the iterate run's")
     a = p.parse_args()
     from tlmir.lm.iterate import running_tasks
     from tlmir.runtime.records import RecordDB, export_jsonl
     from tlmir.search.tune import tune
     from tlmir.workloads import split_tasks
-    keys = set(running_tasks(a.iterate, a.archive_of_iterate))
     pattern = re.compile(a.match)
-    tasks = sorted((t for t in split_tasks("train") if t.key in keys and pattern.search(t.name)),
-                   key=lambda t: (t.flops, t.key))
+    if a.novel:
+        from tlmir.lm.novel_tasks import novel_tasks
+        pool = novel_tasks(a.novel)
+    else:
+        keys = set(running_tasks(a.iterate, a.archive_of_iterate))
+        pool = [t for t in split_tasks("train") if t.key in keys]
+    tasks = sorted((t for t in pool if pattern.search(t.name)), key=lambda t: (t.flops, t.key))
     if a.interleave:
         from tlmir.evaluate import category
         queues: dict[str, list] = {}

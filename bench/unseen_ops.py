@@ -109,10 +109,24 @@ OPS = {  # name -> (description, builder)
 }
 
 
-def assert_unseen(tasks: dict[str, Task]) -> None:
+def assert_unseen(tasks: dict[str, Task], model: str) -> None:
+    """No op here is a workload's task, nor one the model learned or borrows programs of
+    (its demonstrations, its transfer sources: novel tasks measured by `tlmir iterate`)."""
     seen = {t.key: t.name for split in ("train", "held-out") for t in split_tasks(split)}
     clash = {n: seen[t.key] for n, t in tasks.items() if t.key in seen}
     assert not clash, f"these ops occur in a workload: {clash}"
+    from tlmir.search.transfer_sources import SourceLibrary
+    directory = model_dir(model)
+    learned = set()
+    demos = os.path.join(directory, "demonstrations.jsonl")
+    if os.path.isfile(demos):
+        with open(demos) as f:
+            learned |= {json.loads(line).get("key") for line in f if line.strip()}
+    lib = SourceLibrary.of_model(directory)
+    if lib is not None:
+        learned |= {s.task_key for group in lib.by_type.values() for s in group}
+    clash = [n for n, t in tasks.items() if t.key in learned]
+    assert not clash, f"model {directory} has programs of these ops: {clash}"
 
 
 def well_formed(task: Task, hw, model: str, n: int, seed: int) -> dict:
@@ -215,7 +229,7 @@ def main() -> None:
     unknown = [n for n in names if n not in OPS]
     if unknown:
         raise SystemExit(f"unknown ops {unknown}; known: {', '.join(OPS)}")
-    assert_unseen({n: Task.from_op(OPS[n][1](), name=n) for n in OPS})
+    assert_unseen({n: Task.from_op(OPS[n][1](), name=n) for n in OPS}, a.model)
     hw = host_hardware()
     if a.well_formed_only:
         for n in names:

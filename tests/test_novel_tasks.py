@@ -5,6 +5,7 @@ import random
 import numpy as np
 
 from tlmir.build import reference_outputs
+from tlmir.ir.dag import ComputeDAG
 from tlmir.lm.novel_tasks import extent, novel_tasks
 from tlmir.runtime.backend import compile_func
 from tlmir.runtime.measure import check_outputs
@@ -31,6 +32,10 @@ def test_novel_tasks_are_deterministic_new_and_varied():
     names = {t.name for t in tasks}
     assert {"novel_te_chain", "novel_te_reduce", "novel_te_epilogue"} <= names
     assert len(names) >= 10
+    for t in tasks:  # every input is read: a task's arguments are its DAG's placeholders
+        assert {a.op for a in t.inputs} <= {f.op for f in ComputeDAG(t.outputs).stages}, t.name
+    library = [t for t in novel_tasks(200, seed=0) if not t.name.startswith("novel_te_")]
+    assert any(t.name.startswith("matmul_m1_") for t in library)  # decoder steps are drawn
     avoided = novel_tasks(5, seed=5, avoid=frozenset({tasks[0].key}))
     assert tasks[0].key not in {t.key for t in avoided}
 

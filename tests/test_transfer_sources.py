@@ -265,3 +265,19 @@ def test_search_params_refuse_a_share_outside_zero_to_one():
     from tlmir.errors import ScheduleError
     with pytest.raises(ScheduleError, match="tlm_transfer_share"):
         SearchParams(tlm_transfer_share=1.5)
+
+
+def test_measured_novel_tasks_join_the_library_when_asked(tmp_path):
+    from tlmir.cli import main
+    from tlmir.lm.novel_tasks import novel_tasks
+    from tlmir.runtime.records import RecordDB, export_jsonl
+    novel = next(t for t in novel_tasks(40, seed=3) if t.name.startswith("dense_"))
+    db = RecordDB(str(tmp_path / "r.db"))
+    db.append_many(_dense_records([novel]))
+    export_jsonl(db, str(tmp_path / "r.jsonl.xz"))
+    for extra, expected in (([], set()), (["--novel", "40", "--novel-seed", "3"], {novel.key})):
+        out = str(tmp_path / f"s{len(extra)}.jsonl.xz")
+        main(["train", "sources", "--records", str(tmp_path / "r.jsonl.xz"), "--out", out, *extra])
+        lib = SourceLibrary.load(out)
+        assert {s.task_key for g in lib.by_type.values() for s in g} == expected
+        assert all(op_family(s.task_type) == "dense" for g in lib.by_type.values() for s in g)

@@ -125,16 +125,22 @@ def cmd_train_evaluator(args) -> None:
     print(json.dumps({"out": args.out, "held_out": metrics}, indent=1))
 
 
+def novel_split(n: int, seed: int) -> list:
+    """`n` tasks of no workload (tlmir.lm.novel_tasks), the same ones for a seed."""
+    from .novel_tasks import novel_tasks
+    return novel_tasks(n, seed) if n else []
+
+
 def cmd_train_sources(args) -> None:
     from ..runtime.records import read_records
     from ..search.transfer_sources import SOURCES_FILE, SourceLibrary
     from ..workloads import split_tasks
-    train = {t.key: t for t in split_tasks("train")}
+    train = {t.key: t for t in split_tasks("train") + novel_split(args.novel, args.novel_seed)}
     lib = SourceLibrary.from_records(read_records(args.records), train)
     out = os.path.join(args.out, SOURCES_FILE) if os.path.isdir(args.out) else args.out
     lib.save(out)
     tasks = {s.task_key for group in lib.by_type.values() for s in group}
-    print(f"{len(lib)} sources ({len(tasks)} training tasks) -> {out}")
+    print(f"{len(lib)} sources ({len(tasks)} tasks) -> {out}")
 
 
 def cmd_iterate(args) -> None:
@@ -147,7 +153,8 @@ def cmd_iterate(args) -> None:
     for name in (args.model, args.start_model):  # a misspelt model fails before the split is built
         if name:
             model_dir(name)
-    pool = [t for t in split_tasks(args.split) if t.flops <= args.max_gflop * 1e9]
+    split = novel_split(args.novel, args.novel_seed) if args.split == "novel" else split_tasks(args.split)
+    pool = [t for t in split if t.flops <= args.max_gflop * 1e9]
     tasks = spread(pool, args.tasks) if args.tasks else pool
     held = running_tasks(args.out, args.archive)
     if held:  # a resumed run keeps its tasks and gains those of op types it has none of
@@ -337,9 +344,15 @@ def add_parsers(sub) -> None:
     so.add_argument("--records", nargs="+", required=True, help="records: .db, .jsonl or .jsonl.xz "
                     "(held-out tasks' records are ignored)")
     so.add_argument("--out", required=True, help="a model directory or a .jsonl.xz file")
+    so.add_argument("--novel", type=nonneg_int, default=0, help="also the programs of this many tasks of "
+                    "no workload (those `tlmir iterate --split novel` measures)")
+    so.add_argument("--novel-seed", type=nonneg_int, default=0, help="which novel tasks (tlmir.lm.novel_tasks)")
     so.set_defaults(fn=cmd_train_sources)
     it = sub.add_parser("iterate", help="iterative optimization: generate, measure, fine-tune (paper §5.3)")
-    it.add_argument("--split", default="train", choices=("train", "held-out"), help="whose tasks")
+    it.add_argument("--split", default="train", choices=("train", "held-out", "novel"),
+                    help="whose tasks (novel: --novel tasks of no workload, tlmir.lm.novel_tasks)")
+    it.add_argument("--novel", type=positive_int, default=600, help="--split novel: how many tasks are drawn")
+    it.add_argument("--novel-seed", type=nonneg_int, default=0, help="--split novel: which tasks")
     it.add_argument("--rounds", type=positive_int, default=8, help="rounds of generate, measure, fine-tune")
     it.add_argument("--model", default="base", help="the base model each round fine-tunes afresh")
     it.add_argument("--out", required=True, help="run directory; the final model lands here")

@@ -6,12 +6,16 @@ hold a model to what it was (the KL anchor of `tlmir.lm.validity`) need such pro
 hold it there. They need no measurement, only tasks, so they are drawn here:
 
 - a library op (`tlmir.ops.OPS`) at a random shape, its extents products of small primes
-  (1,000 = 2^3 5^3, 3,000, 30, 96, ...) as well as powers of two;
+  (1,000 = 2^3 5^3, 3,000, 30, 96, ...) as well as powers of two, a matrix product's rows
+  one a quarter of the time (a decoder's step); named as a network's task of that op
+  (`tlmir.workloads.common.task_name`), so its programs lend to the op's tasks;
 - a small program written in `te`: an element-wise chain over a matrix and broadcast
   vectors, a row reduction followed by an element-wise stage, or a dense / matmul
   followed by an element-wise epilogue written by hand.
 
 A task whose key any workload split holds is drawn again, so these tasks stay novel.
+Measured (`tlmir iterate --split novel`), their fastest programs join a model's
+transfer sources (`tlmir train sources --novel`).
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from typing import Callable
 
 from .. import ops, te
 from ..errors import TlmirError
+from ..ir.dag import ComputeDAG
 from ..runtime.task import Task
 
 _PRIMES = (2, 2, 2, 3, 5, 7)
@@ -54,15 +59,20 @@ def _conv(rng: random.Random, builder: Callable, **extra) -> ops.OpDef:
     return builder(im["N"], im["C"], h, h, extent(rng, 8, 512), r, r, stride=stride, padding=pad, **extra)
 
 
+def _rows(rng: random.Random, hi: int) -> int:
+    """The rows of a matrix product: one (a decoder's step) a quarter of the time."""
+    return 1 if rng.random() < 0.25 else extent(rng, 1, hi)
+
+
 def _library_op(rng: random.Random) -> ops.OpDef:
     kind = rng.choice(sorted(ops.OPS))
     e = lambda lo, hi: extent(rng, lo, hi)  # noqa: E731
     if kind == "matmul":
-        return ops.matmul(e(1, 1024), e(8, 4096), e(8, 4096))
+        return ops.matmul(_rows(rng, 1024), e(8, 4096), e(8, 4096))
     if kind == "batch_matmul":
-        return ops.batch_matmul(e(1, 16), e(1, 512), e(8, 512), e(8, 256))
+        return ops.batch_matmul(e(1, 16), _rows(rng, 512), e(8, 512), e(8, 256))
     if kind == "dense":
-        return ops.dense(e(1, 512), e(8, 4096), e(8, 4096), bias=rng.random() < 0.5,
+        return ops.dense(_rows(rng, 512), e(8, 4096), e(8, 4096), bias=rng.random() < 0.5,
                          act=rng.choice((None, "relu", "gelu")))
     if kind in ("conv2d_nchw", "conv2d_nhwc", "conv2d_bias_relu", "conv2d_bias"):
         return _conv(rng, ops.OPS[kind])
@@ -101,6 +111,11 @@ def _elementwise(rng: random.Random, v, x, vectors, j):
     return v
 
 
+def _root(v):
+    """sqrt(|v|): a sum of signed terms may be negative, and a NaN reference checks nothing."""
+    return te.sqrt(te.abs(v))
+
+
 def _te_program(rng: random.Random) -> tuple[str, list]:
     M, N = extent(rng, 1, 1024), extent(rng, 8, 8192)
     kind = rng.choice(("chain", "reduce", "epilogue"))
@@ -118,12 +133,13 @@ def _te_program(rng: random.Random) -> tuple[str, list]:
             prev = stages[-1]
             stages.append(te.compute((M, N), lambda i, j: _elementwise(rng, prev[i, j], x[i, j], vectors, j),
                                      name=f"s{s}"))
-        return "te_chain", [x] + vectors + [stages[-1]]
+        read = {facts.op for facts in ComputeDAG([stages[-1]]).stages}
+        return "te_chain", [x] + [v for v in vectors if v.op in read] + [stages[-1]]
     k = te.reduce_axis(N, "k")
     f = rng.choice(_UNARY)
     combine = te.sum if rng.random() < 0.7 else (lambda v, axis: te.max(v, axis=axis))
     red = te.compute((M,), lambda i: combine(f(x[i, k]), axis=k), name="reduce")
-    out = te.compute((M,), lambda i: rng.choice((te.sqrt, te.exp, lambda v: v * 0.5))(red[i]), name="post")
+    out = te.compute((M,), lambda i: rng.choice((_root, te.exp, lambda v: v * 0.5))(red[i]), name="post")
     return "te_reduce", [x, out]
 
 
@@ -131,6 +147,7 @@ def novel_tasks(n: int, seed: int = 0, avoid: frozenset[str] = frozenset()) -> l
     """`n` tasks drawn at random (half library ops at random shapes, half `te` programs),
     none of a workload split (train or held-out) and none whose key is in `avoid`."""
     from ..workloads import split_tasks
+    from ..workloads.common import task_name
     known = {t.key for split in ("train", "held-out") for t in split_tasks(split)} | set(avoid)
     rng, out, seen = random.Random(seed), [], set()
     for _ in range(50 * n):
@@ -139,7 +156,7 @@ def novel_tasks(n: int, seed: int = 0, avoid: frozenset[str] = frozenset()) -> l
         try:
             if rng.random() < 0.5:
                 op = _library_op(rng)
-                task = Task.from_op(op, name=f"novel_{op.family}")
+                task = Task.from_op(op, name=task_name(op))
             else:
                 name, args = _te_program(rng)
                 task = Task(f"novel_{name}", args)
