@@ -42,6 +42,8 @@ def main() -> None:
     p.add_argument("--iterate", default="runs/iterate", help="the iterate run whose tasks are searched")
     p.add_argument("--archive-of-iterate", default="data/iterate",
                    help="where the iterate run's task list is read when --iterate has none")
+    p.add_argument("--gflop", type=float, nargs=2, default=(0.0, float("inf")), metavar=("MIN", "MAX"),
+                   help="only tasks of this many GFLOP (a search of microsecond kernels teaches little)")
     p.add_argument("--novel", type=int, default=0,
                    help="search this many tasks of no workload (tlmir.lm.novel_tasks, seed 0: those "
                         "`tlmir iterate --split novel` measures) instead of the iterate run's")
@@ -57,7 +59,9 @@ def main() -> None:
     else:
         keys = set(running_tasks(a.iterate, a.archive_of_iterate))
         pool = [t for t in split_tasks("train") if t.key in keys]
-    tasks = sorted((t for t in pool if pattern.search(t.name)), key=lambda t: (t.flops, t.key))
+    lo, hi = a.gflop
+    tasks = sorted((t for t in pool if pattern.search(t.name) and lo <= t.flops / 1e9 <= hi),
+                   key=lambda t: (t.flops, t.key))
     if a.interleave:
         from tlmir.evaluate import category
         queues: dict[str, list] = {}
