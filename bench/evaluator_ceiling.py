@@ -68,10 +68,14 @@ class FeatureRanker:
             opt.step()
 
 
-def metrics(ranker: FeatureRanker, progs: list) -> dict:
-    m = wt.ranking_metrics(progs, ranker.scores(matrix(progs)[0]))
+def rounded(m: dict) -> dict:
+    """Pairwise accuracy, top-10 recall and task count of `wt.ranking_metrics`, for the report."""
     return {"pairwise": round(m["pairwise_accuracy"], 3), "top10_recall": round(m["top10_recall"], 3),
             "tasks": m["tasks"]}
+
+
+def metrics(ranker: FeatureRanker, progs: list) -> dict:
+    return rounded(wt.ranking_metrics(progs, ranker.scores(matrix(progs)[0])))
 
 
 def split(progs: list, pick) -> tuple[list, list]:
@@ -93,8 +97,7 @@ def world_bounds(half: list, other: list, steps: int, threads: int) -> dict:
     from tlmir.search.world_model import WorldModelConfig
 
     def score(ev) -> dict:
-        m = wt.ranking_metrics(other, ev.score_programs(other))
-        return {"pairwise": round(m["pairwise_accuracy"], 3), "top10_recall": round(m["top10_recall"], 3)}
+        return rounded(wt.ranking_metrics(other, ev.score_programs(other)))
     tok = Tokenizer.load(os.path.join(model_dir("base"), TOKENIZER_FILE))
     own = wt.train_evaluator(half, tok, WorldModelConfig(tok.vocab_size, n_features=NUM_FEATURES),
                              steps=steps, threads=threads)

@@ -102,9 +102,7 @@ def cmd_train_validity(args) -> None:
     random.Random(args.seed).shuffle(tasks)
     hws = [HardwareParams.from_key(k) for k in args.hardware]
     tasks = tasks[:args.tasks]
-    if args.novel:
-        from .novel_tasks import novel_tasks
-        tasks += novel_tasks(args.novel, args.seed)
+    tasks += novel_split(args.novel, args.seed)
     examples = sample_examples(model, tok, meta, tasks, hws, args.per_task, args.scope, args.seed)
     sampled = {"tasks": args.tasks, "novel": args.novel, "seed": args.seed, "per_task": args.per_task,
                "scope": args.scope, "hardware": list(args.hardware)}
@@ -128,7 +126,7 @@ def cmd_train_evaluator(args) -> None:
 def novel_split(n: int, seed: int) -> list:
     """`n` tasks of no workload (tlmir.lm.novel_tasks), the same ones for a seed."""
     from .novel_tasks import novel_tasks
-    return novel_tasks(n, seed) if n else []
+    return novel_tasks(n, seed)
 
 
 def cmd_train_sources(args) -> None:
