@@ -6,7 +6,7 @@ import numpy as np
 
 from tlmir.build import reference_outputs
 from tlmir.ir.dag import ComputeDAG
-from tlmir.lm.novel_tasks import extent, novel_tasks
+from tlmir.lm.novel_tasks import extent, grouped_conv, novel_tasks
 from tlmir.runtime.backend import compile_func
 from tlmir.runtime.measure import check_outputs
 from tlmir.schedule.decider import RandomDecider
@@ -26,7 +26,7 @@ def test_novel_tasks_are_deterministic_new_and_varied():
     tasks = novel_tasks(40, seed=5)
     assert [t.key for t in tasks] == [t.key for t in novel_tasks(40, seed=5)]
     assert [t.key for t in tasks] != [t.key for t in novel_tasks(40, seed=6)]
-    assert len({t.key for t in tasks}) == 40
+    assert len({t.key for t in tasks}) == 45  # 40 mixed, then 40 // 8 grouped convolutions
     known = {t.key for split in ("train", "held-out") for t in split_tasks(split)}
     assert not known & {t.key for t in tasks}
     names = {t.name for t in tasks}
@@ -40,11 +40,26 @@ def test_novel_tasks_are_deterministic_new_and_varied():
     assert tasks[0].key not in {t.key for t in avoided}
 
 
-def test_novel_te_programs_lower_compile_and_match_their_definition():
+def test_grouped_convolutions_come_after_the_mixed_draws_and_vary_their_group_width():
+    mixed = novel_tasks(80, seed=0)[:80]
+    assert [t.key for t in novel_tasks(80, seed=0)[:80]] == [t.key for t in mixed]
+    assert [t.key for t in novel_tasks(160, seed=0)[:80]] == [t.key for t in mixed]
+    grouped = novel_tasks(160, seed=0)[160:]
+    assert len(grouped) == 20 and all("_g" in t.name and t.name.startswith("conv2d") for t in grouped)
+    widths = {t.inputs[1].shape[1] for t in grouped}  # the weight's channels per group
+    assert len(widths) >= 4
+    rng = random.Random(3)
+    op = grouped_conv(rng)
+    assert op.params["groups"] > 1 and op.params["C"] % op.params["groups"] == 0
+
+
+def test_novel_te_programs_and_grouped_convolutions_lower_compile_and_match_their_definition():
     rng = random.Random(1)
     tasks = [t for t in novel_tasks(30, seed=2) if t.name.startswith("novel_te_")
              and all(np.prod(x.shape) <= 1 << 16 for x in t.args)][:4]
     assert tasks
+    tasks += [t for t in novel_tasks(240, seed=0)[240:] if t.flops < 3e6][:2]  # grouped convolutions
+    assert len(tasks) >= 6
     for task in tasks:
         space = SearchSpace(task.outputs)
         kernel = compile_func(lower(space.apply(rng.randrange(len(space.sketches)),

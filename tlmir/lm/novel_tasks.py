@@ -11,7 +11,11 @@ hold it there. They need no measurement, only tasks, so they are drawn here:
   (`tlmir.workloads.common.task_name`), so its programs lend to the op's tasks;
 - a small program written in `te`: an element-wise chain over a matrix and broadcast
   vectors, a row reduction followed by an element-wise stage, or a dense / matmul
-  followed by an element-wise epilogue written by hand.
+  followed by an element-wise epilogue written by hand;
+- besides those, one in eight a grouped convolution (`grouped_conv`), drawn from a stream
+  of its own so that the mixed draws, and the records measured on them, stay as they are.
+  The training networks group 16 channels (RegNet); a ResNeXt groups 4 or 32, and its
+  convolutions borrow best from programs of their own group width.
 
 A task whose key any workload split holds is drawn again, so these tasks stay novel.
 Measured (`tlmir iterate --split novel`), their fastest programs join a model's
@@ -143,26 +147,56 @@ def _te_program(rng: random.Random) -> tuple[str, list]:
     return "te_reduce", [x, out]
 
 
-def novel_tasks(n: int, seed: int = 0, avoid: frozenset[str] = frozenset()) -> list[Task]:
-    """`n` tasks drawn at random (half library ops at random shapes, half `te` programs),
-    none of a workload split (train or held-out) and none whose key is in `avoid`."""
-    from ..workloads import split_tasks
-    from ..workloads.common import task_name
-    known = {t.key for split in ("train", "held-out") for t in split_tasks(split)} | set(avoid)
-    rng, out, seen = random.Random(seed), [], set()
+def grouped_conv(rng: random.Random) -> ops.OpDef:
+    """A grouped convolution: 1 to 64 channels per group (1: depthwise written as a conv),
+    up to 2,048 channels, the image shrunk until one map holds at most 4 M values."""
+    width = rng.choice((1, 2, 4, 4, 8, 16, 32, 32, 64))
+    groups = extent(rng, 2, max(2, 2048 // width))
+    C = width * groups
+    h, r = extent(rng, 7, 112), rng.choice((3, 3, 3, 1, 5))
+    while C * h * h > 1 << 22 and h > 7:
+        h //= 2
+    builder = rng.choice((ops.conv2d_bias_relu, ops.conv2d_bias_relu, ops.conv2d_nchw, ops.conv2d_bias))
+    return builder(rng.choice((1, 1, 1, 2)), C, max(h, r), max(h, r), C * rng.choice((1, 1, 2)), r, r,
+                   stride=rng.choice((1, 1, 2)), padding=r // 2, groups=groups)
+
+
+def _draw(rng: random.Random, draw: Callable[[random.Random], Task], n: int, known: set) -> list[Task]:
+    """`n` distinct tasks of `draw` whose keys are not in `known` (which grows by theirs)."""
+    out: list[Task] = []
     for _ in range(50 * n):
         if len(out) == n:
             break
         try:
-            if rng.random() < 0.5:
-                op = _library_op(rng)
-                task = Task.from_op(op, name=task_name(op))
-            else:
-                name, args = _te_program(rng)
-                task = Task(f"novel_{name}", args)
+            task = draw(rng)
         except TlmirError:
             continue  # a shape the op refuses (a kernel larger than the image, ...)
-        if task.key not in known and task.key not in seen:
-            seen.add(task.key)
+        if task.key not in known:
+            known.add(task.key)
             out.append(task)
     return out
+
+
+def _mixed(rng: random.Random) -> Task:
+    from ..workloads.common import task_name
+    if rng.random() < 0.5:
+        op = _library_op(rng)
+        return Task.from_op(op, name=task_name(op))
+    name, args = _te_program(rng)
+    return Task(f"novel_{name}", args)
+
+
+def _grouped(rng: random.Random) -> Task:
+    from ..workloads.common import task_name
+    op = grouped_conv(rng)
+    return Task.from_op(op, name=task_name(op))
+
+
+def novel_tasks(n: int, seed: int = 0, avoid: frozenset[str] = frozenset()) -> list[Task]:
+    """`n` tasks drawn at random (half library ops at random shapes, half `te` programs),
+    then `n // 8` grouped convolutions, none of a workload split (train or held-out) and
+    none whose key is in `avoid`."""
+    from ..workloads import split_tasks
+    known = {t.key for split in ("train", "held-out") for t in split_tasks(split)} | set(avoid)
+    mixed = _draw(random.Random(seed), _mixed, n, known)
+    return mixed + _draw(random.Random(f"grouped:{seed}"), _grouped, n // 8, known)
