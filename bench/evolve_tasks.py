@@ -47,9 +47,11 @@ def main() -> None:
     p.add_argument("--novel", type=int, default=0,
                    help="search this many tasks of no workload (tlmir.lm.novel_tasks, seed 0: those "
                         "`tlmir iterate --split novel` measures) instead of the iterate run's")
+    p.add_argument("--skip-searched", nargs="+", default=[], metavar="RECORDS",
+                   help="leave out the tasks these records (.db / .jsonl[.xz]) hold, on any hardware")
     a = p.parse_args()
     from tlmir.lm.iterate import running_tasks
-    from tlmir.runtime.records import RecordDB, export_jsonl
+    from tlmir.runtime.records import RecordDB, export_jsonl, read_records
     from tlmir.search.tune import tune
     from tlmir.workloads import split_tasks
     pattern = re.compile(a.match)
@@ -59,8 +61,10 @@ def main() -> None:
     else:
         keys = set(running_tasks(a.iterate, a.archive_of_iterate))
         pool = [t for t in split_tasks("train") if t.key in keys]
+    searched = {r.task_key for r in read_records(a.skip_searched)}
     lo, hi = a.gflop
-    tasks = sorted((t for t in pool if pattern.search(t.name) and lo <= t.flops / 1e9 <= hi),
+    tasks = sorted((t for t in pool if pattern.search(t.name) and lo <= t.flops / 1e9 <= hi
+                    and t.key not in searched),
                    key=lambda t: (t.flops, t.key))
     if a.interleave:
         from tlmir.evaluate import category
