@@ -10,10 +10,13 @@ scheduler-tick artefacts as `tlmir train evaluator` does, computes every program
 features once (`--cache`: a pickle of the programs, scratch) and then, per argument:
 
 - `NAME=DIR`: scores a saved evaluator;
-- `NAME:LOSS:STEPS`: trains one (seed 0, 2 threads) and saves it to `runs/evaluator-NAME`.
-  LOSS `gap` is the package's `ranking_loss` (pairs weighted by their gap in normalised
-  throughput); `top` is the ablation that weights every pair beyond 2% by the faster
-  program's normalised throughput (the near-best pairs count as much as the rest).
+- `NAME:LOSS:STEPS[:novel]`: trains one (seed 0, 2 threads) and saves it to
+  `runs/evaluator-NAME`. LOSS `gap` is the package's `ranking_loss` (pairs weighted by
+  their gap in normalised throughput); `top` is the ablation that weights every pair beyond
+  2% by the faster program's normalised throughput (the near-best pairs count as much as
+  the rest). `:novel` trains on the evolutionary searches of novel tasks too
+  (`data/iterate-novel`, tasks of no workload at shapes no network has): more tasks, each
+  searched the way the held-out references were.
 
 Each row: pairwise accuracy, top-10 recall of the best and Kendall tau on the held-out
 tasks' evolutionary-1000 (Zen 4 and Sapphire Rapids class) and evolutionary (AVX2)
@@ -47,22 +50,28 @@ TRAIN = ["data/iterate/records.jsonl.xz", "data/search-train/evolutionary.jsonl.
          "data/demos-evo/tlm+evolutionary.jsonl.xz", "data/demos-evo400/evolutionary.jsonl.xz",
          "data/iterate-spr/records.jsonl.xz", "data/iterate-spr2/records.jsonl.xz"]
 TEST = {"evo1000-avx512": "data/eval/evolutionary.jsonl.xz", "evo-avx2": "data/eval-avx2/evolutionary.jsonl.xz",
-        "evo1000-spr": "data/eval-spr/evolutionary.jsonl.xz", "tlm64-unranked": "data/eval/tlm@none-64.jsonl.xz"}
+        "evo1000-spr": "data/eval-spr/evolutionary.jsonl.xz", "evo1000-zen5": "data/eval-zen5/evolutionary.jsonl.xz",
+        "tlm64-unranked": "data/eval/tlm@none-64.jsonl.xz"}
+NOVEL = ["data/iterate-novel/evolutionary.jsonl.xz", "data/iterate-novel/evolutionary-ops.jsonl.xz",
+         "data/iterate-novel/evolutionary-ops2.jsonl.xz", "data/iterate-novel/evolutionary-zen5.jsonl.xz"]
 POOL = "data/pool/held-out.jsonl.xz"
 STALE = "^(conv2d_(?!transpose)|depthwise|max_pool|avg_pool).*_s[234]_@2026-11-25T08:04Z"
 
 
 def programs(cache: str | None) -> dict:
-    """{"train": ..., each TEST name: ..., "pool": ...} lists of world_train.Program."""
+    """{"train": ..., "novel": ..., each TEST name: ..., "pool": ...} lists of world_train.Program."""
     if cache and os.path.exists(cache):
         with open(cache, "rb") as f:
             return pickle.load(f)
+    from tlmir.lm.novel_tasks import novel_tasks
     from tlmir.runtime.records import drop_tick_artefacts, read_records
     from tlmir.workloads import split_tasks
     train_tasks = {t.key: t for t in split_tasks("train")}
     held = {t.key: t for t in split_tasks("held-out")}
     recs = drop_tick_artefacts(wt.drop_stale(read_records(TRAIN), [stale_rule(STALE)]))
-    out = {"train": wt.programs_from_records(recs, train_tasks)}
+    out = {"train": wt.programs_from_records(recs, train_tasks),
+           "novel": wt.programs_from_records(drop_tick_artefacts(read_records([f for f in NOVEL if os.path.exists(f)])),
+                                             {t.key: t for t in novel_tasks(600)})}
     for name, path in TEST.items():
         out[name] = wt.programs_from_records(drop_tick_artefacts(read_records([path])), held)
     out["pool"] = wt.programs_from_records([r for r in read_records([POOL]) if r.strategy == "pool-random"], held)
@@ -114,7 +123,7 @@ def report(name: str, ev, data: dict) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("runs", nargs="+", help="NAME=DIR (score) or NAME:LOSS:STEPS (train, LOSS gap|top)")
+    p.add_argument("runs", nargs="+", help="NAME=DIR (score) or NAME:LOSS:STEPS[:novel] (train, LOSS gap|top)")
     p.add_argument("--cache", help="pickle of the programs and their features (computed once)")
     p.add_argument("--json", help="write the rows here")
     a = p.parse_args()
@@ -124,7 +133,7 @@ def main() -> None:
     from tlmir.search.world_model import WorldModelConfig
     torch.set_num_threads(2)
     data = programs(a.cache)
-    print(f"{len(data['train'])} training programs; held out: "
+    print(f"{len(data['train'])} training programs, {len(data['novel'])} of novel tasks; held out: "
           + ", ".join(f"{k} {len(data[k])}" for k in [*TEST, "pool"]), flush=True)
     tok = Tokenizer.load(os.path.join(model_dir("base"), TOKENIZER_FILE))
     package_loss = wt.ranking_loss
@@ -134,12 +143,13 @@ def main() -> None:
             name, path = spec.split("=", 1)
             rows.append(report(name, wt.Evaluator.load(path), data))
             continue
-        name, loss, steps = spec.split(":")
+        name, loss, steps, *novel = spec.split(":")
+        train = data["train"] + (data["novel"] if novel == ["novel"] else [])
         wt.ranking_loss = {"gap": package_loss, "top": top_weighted_loss}[loss]
         t0 = time.time()
-        ev = wt.train_evaluator(data["train"], tok, WorldModelConfig(tok.vocab_size, n_features=NUM_FEATURES),
+        ev = wt.train_evaluator(train, tok, WorldModelConfig(tok.vocab_size, n_features=NUM_FEATURES),
                                 steps=int(steps), threads=2, checkpoint=f"runs/evaluator-{name}/checkpoint")
-        ev.save(f"runs/evaluator-{name}", extra={"trained_on": len(data["train"])})
+        ev.save(f"runs/evaluator-{name}", extra={"trained_on": len(train)})
         print(f"{name}: trained in {time.time() - t0:.0f}s", flush=True)
         rows.append(report(name, ev, data))
     wt.ranking_loss = package_loss
