@@ -12,10 +12,10 @@ hold it there. They need no measurement, only tasks, so they are drawn here:
 - a small program written in `te`: an element-wise chain over a matrix and broadcast
   vectors, a row reduction followed by an element-wise stage, or a dense / matmul
   followed by an element-wise epilogue written by hand;
-- besides those, one in eight a grouped convolution (`grouped_conv`), drawn from a stream
-  of its own so that the mixed draws, and the records measured on them, stay as they are.
-  The training networks group 16 channels (RegNet); a ResNeXt groups 4 or 32, and its
-  convolutions borrow best from programs of their own group width.
+- besides those n draws, n // 8 grouped convolutions (`grouped_conv`), drawn from a
+  stream of their own so that the mixed draws, and the records measured on them, stay as
+  they are. The training networks group 16 channels (RegNet); a ResNeXt groups 4 or 32,
+  and its convolutions had no source of their group width to borrow from.
 
 A task whose key any workload split holds is drawn again, so these tasks stay novel.
 Measured (`tlmir iterate --split novel`), their fastest programs join a model's
