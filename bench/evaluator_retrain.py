@@ -70,7 +70,7 @@ def programs(cache: str | None) -> dict:
     held = {t.key: t for t in split_tasks("held-out")}
     recs = drop_tick_artefacts(wt.drop_stale(read_records(TRAIN), [stale_rule(STALE)]))
     out = {"train": wt.programs_from_records(recs, train_tasks),
-           "novel": wt.programs_from_records(drop_tick_artefacts(read_records([f for f in NOVEL if os.path.exists(f)])),
+           "novel": wt.programs_from_records(drop_tick_artefacts(read_records(NOVEL)),
                                              {t.key: t for t in novel_tasks(600)})}
     for name, path in TEST.items():
         out[name] = wt.programs_from_records(drop_tick_artefacts(read_records([path])), held)
@@ -144,7 +144,9 @@ def main() -> None:
             rows.append(report(name, wt.Evaluator.load(path), data))
             continue
         name, loss, steps, *novel = spec.split(":")
-        train = data["train"] + (data["novel"] if novel == ["novel"] else [])
+        if novel not in ([], ["novel"]):
+            p.error(f"{spec}: the fourth field may only be 'novel'")
+        train = data["train"] + (data["novel"] if novel else [])
         wt.ranking_loss = {"gap": package_loss, "top": top_weighted_loss}[loss]
         t0 = time.time()
         ev = wt.train_evaluator(train, tok, WorldModelConfig(tok.vocab_size, n_features=NUM_FEATURES),

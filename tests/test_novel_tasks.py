@@ -43,8 +43,9 @@ def test_novel_tasks_are_deterministic_new_and_varied():
 def test_grouped_convolutions_come_after_the_mixed_draws_and_vary_their_group_width():
     mixed = novel_tasks(80, seed=0)[:80]
     assert [t.key for t in novel_tasks(80, seed=0)[:80]] == [t.key for t in mixed]
-    assert [t.key for t in novel_tasks(160, seed=0)[:80]] == [t.key for t in mixed]
-    grouped = novel_tasks(160, seed=0)[160:]
+    drawn = novel_tasks(160, seed=0)
+    assert [t.key for t in drawn[:80]] == [t.key for t in mixed]
+    grouped = drawn[160:]
     assert len(grouped) == 20 and all("_g" in t.name and t.name.startswith("conv2d") for t in grouped)
     widths = {t.inputs[1].shape[1] for t in grouped}  # the weight's channels per group
     assert len(widths) >= 4

@@ -177,19 +177,21 @@ def _draw(rng: random.Random, draw: Callable[[random.Random], Task], n: int, kno
     return out
 
 
-def _mixed(rng: random.Random) -> Task:
+def _named(op: ops.OpDef) -> Task:
+    """A library op's task, named as a network's task of it (so its programs lend to them)."""
     from ..workloads.common import task_name
+    return Task.from_op(op, name=task_name(op))
+
+
+def _mixed(rng: random.Random) -> Task:
     if rng.random() < 0.5:
-        op = _library_op(rng)
-        return Task.from_op(op, name=task_name(op))
+        return _named(_library_op(rng))
     name, args = _te_program(rng)
     return Task(f"novel_{name}", args)
 
 
 def _grouped(rng: random.Random) -> Task:
-    from ..workloads.common import task_name
-    op = grouped_conv(rng)
-    return Task.from_op(op, name=task_name(op))
+    return _named(grouped_conv(rng))
 
 
 def novel_tasks(n: int, seed: int = 0, avoid: frozenset[str] = frozenset()) -> list[Task]:
