@@ -14,6 +14,9 @@ code generator; its records join the demonstrations like the iterate run's own
 
 `--strategy tlm+evolutionary` starts each search from the shipped TLM's programs, so
 its demonstrations improve on what the model already writes rather than on random ones.
+`--strategy tlm --trials 32 --search-param tlm_borrow_own=true` refreshes the shipped
+library on a new host: each task measures the model's programs, its neighbours' and its
+own from other hosts, and `tlmir train sources` keeps the fastest here.
 
 Tasks run smallest first (with --interleave, the categories take turns), each to --trials measurements; a rerun resumes from the
 database. With --archive the database is exported after every task (kept in the repository).
@@ -47,14 +50,18 @@ def main() -> None:
     p.add_argument("--novel", type=int, default=0,
                    help="search this many tasks of no workload (tlmir.lm.novel_tasks, seed 0: those "
                         "`tlmir iterate --split novel` measures) instead of the iterate run's")
+    p.add_argument("--search-param", action="append", default=[], metavar="NAME=VALUE",
+                   help="a SearchParams field, as tlmir tune takes it (tlm_borrow_own=true: a library "
+                        "refreshed on a new host)")
     p.add_argument("--skip-searched", nargs="+", default=[], metavar="RECORDS",
                    help="leave out the tasks these records (.db / .jsonl[.xz]) hold, on any hardware")
     a = p.parse_args()
     from tlmir.lm.iterate import running_tasks
     from tlmir.runtime.records import RecordDB, export_jsonl, read_records
+    from tlmir.runtime.target import search_params
     from tlmir.search.tune import tune
     from tlmir.workloads import split_tasks
-    pattern = re.compile(a.match)
+    pattern, sp = re.compile(a.match), search_params(a.search_param)
     if a.novel:
         from tlmir.lm.novel_tasks import novel_tasks
         pool = novel_tasks(a.novel)
@@ -76,7 +83,7 @@ def main() -> None:
     print(f"{len(tasks)} tasks match {a.match!r}", flush=True)
     with RecordDB(a.db) as db:
         for i, task in enumerate(tasks):
-            res = tune(task, trials=a.trials, strategy=a.strategy, db=db, progress=False)
+            res = tune(task, trials=a.trials, strategy=a.strategy, db=db, progress=False, sp=sp)
             print(f"[{i + 1}/{len(tasks)}] {task.name}: {res.measurements} measured, best "
                   f"{task.flops / res.best_seconds / 1e9:.1f} GFLOP/s", flush=True)
             if a.archive:

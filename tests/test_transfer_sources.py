@@ -131,6 +131,41 @@ def test_nearest_sources_of_a_category_go_by_shape_then_throughput():
     assert [s.task_key for s in old.nearest(target, HW2.key)] == [far_fast.key, near.key, nearer_slow.key]
 
 
+def test_another_hosts_program_of_the_shape_goes_before_this_hosts_of_a_far_shape():
+    """This host's programs lead only within a step: a LayerNorm tuned here for a shape
+    thousands of times another is borrowed after one tuned elsewhere for the task's own
+    shape, and one tuned here for 1.5 times the rows ties with that one and goes first."""
+    target = _task(ops.layernorm(128, 768))
+    same_shape = _task(ops.layernorm(128, 768, eps=1e-6))
+    rows = _task(ops.layernorm(192, 768))
+    far = _task(ops.layernorm(1, 96))
+    assert 1.0 < shape_distance(shape_signature(target), shape_signature(rows)) < 2.0
+    assert shape_distance(shape_signature(target), shape_signature(far)) > 10.0
+    other_host = HardwareParams(cores=2, l2_kb=1024)
+    recs = [_record(t, SearchSpace(t.outputs, hw).sample(random.Random(0))[1], 1e-4, hw)
+            for t, hw in ((same_shape, other_host), (rows, HW2), (far, HW2))]
+    lib = SourceLibrary.from_records(recs, {t.key: t for t in (same_shape, rows, far)})
+    assert [s.task_key for s in lib.nearest(target, HW2.key)] == [rows.key, same_shape.key, far.key]
+    # without the source that ties, the other host's program of the task's shape leads
+    lib = SourceLibrary.from_records(recs, {t.key: t for t in (same_shape, far)})
+    assert [s.task_key for s in lib.nearest(target, HW2.key)] == [same_shape.key, far.key]
+
+
+def test_a_training_task_borrows_its_own_programs_from_other_hosts_only_when_asked():
+    """Refreshing a library on a new host (`tlm_borrow_own`): the task's programs measured
+    elsewhere lead its borrowed ones, before a neighbour of this host within a step."""
+    task, near = _task(ops.layernorm(128, 768)), _task(ops.layernorm(128, 768, eps=1e-6))
+    other_host = HardwareParams(cores=2, l2_kb=1024)
+    recs = [_record(t, SearchSpace(t.outputs, hw).sample(random.Random(seed))[1], 1e-4, hw)
+            for t, hw, seed in ((task, other_host, 0), (near, HW2, 1))]
+    lib = SourceLibrary.from_records(recs, {t.key: t for t in (task, near)})
+    assert [s.task_key for s in lib.nearest(task, HW2.key)] == [near.key]
+    assert [s.task_key for s in lib.nearest(task, HW2.key, own=True)] == [task.key, near.key]
+    assert [s.task_key for s in lib.nearest(task, other_host.key, own=True)] == [task.key, near.key]
+    space = SearchSpace(task.outputs, HW2)
+    assert len(lib.transfers(space, task, 4)) == 1 and len(lib.transfers(space, task, 4, own=True)) == 2
+
+
 def test_transferred_sources_compile_and_match_numpy():
     sources = [_task(ops.dense(16 * i, 32, 24, bias=True, act="gelu")) for i in (1, 2, 3)]
     op = ops.dense(40, 48, 16, bias=True, act="gelu")

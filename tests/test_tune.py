@@ -251,7 +251,10 @@ def test_search_param_overrides_are_typed_and_checked():
     sp = search_params(["population=256", "tile_mutation=redraw", "unroll_steps=0,16", "eps-greedy=0.1"])
     assert (sp.population, sp.tile_mutation, sp.unroll_steps, sp.eps_greedy) == (256, "redraw", (0, 16), 0.1)
     assert search_params([]) == SearchParams()
+    assert search_params(["tlm_borrow_own=true"]).tlm_borrow_own is True
+    assert search_params(["tlm_borrow_own=0"]).tlm_borrow_own is False
     for bad, match in (("nope=1", "nope=1.*population"), ("population=many", "population: 'many'"),
+                       ("tlm_borrow_own=maybe", "tlm_borrow_own: 'maybe' cannot be read as bool"),
                        ("population", "NAME=VALUE"), ("tile_mutation=zigzag", "tile_mutation")):
         with pytest.raises(ScheduleError, match=match):
             search_params([bad])

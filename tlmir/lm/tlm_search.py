@@ -106,7 +106,8 @@ class TLMSearch(RandomSearch):
         if self.sources is None or k <= 0:
             return []
         if self.borrowable is None:
-            got = self.sources.transfers(self.space, self.task, self.space.sp.tlm_transfers)
+            sp = self.space.sp
+            got = self.sources.transfers(self.space, self.task, sp.tlm_transfers, own=sp.tlm_borrow_own)
             self.borrowable = make_candidates(self.space, self.args, got, self.lowers_features)
         pool = [c for c in self.borrowable if c.key not in exclude]
         if self.ranker is not None and len(pool) > k:  # the evaluator's rank + the library's

@@ -174,6 +174,9 @@ class SearchParams:
                                        # (search/transfer_sources.py; 0, or a model without sources: none)
     tlm_transfer_share: float = 0.6    # ... the share of each round's measurements taken from them
                                        # (rounded: TLM-1 one, TLM-10 six), the evaluator's top picks
+    tlm_borrow_own: bool = False       # ... and a training task may borrow its own programs measured
+                                       # on other hosts (a library refreshed on a new host keeps the
+                                       # better of them and the search); off, a task borrows only others'
     tlm_prompt: str = "host"           # the hardware a TLM's prompt names: "host", or "nearest": the
                                        # nearest class it was fine-tuned on if it was not on the host's
                                        # (tlmir.lm.prompt_hardware; not better so far, docs/model.md)
@@ -215,7 +218,7 @@ class SearchParams:
 def search_params(overrides: list[str]) -> SearchParams:
     """The defaults with `NAME=VALUE` overrides, as `--search-param` gives them: VALUE is
     read as the field's type (`population=256`, `tile_mutation=redraw`,
-    `unroll_steps=0,16,64`); an unknown name or unreadable value names the field."""
+    `unroll_steps=0,16,64`, `tlm_borrow_own=true`); an unknown name or unreadable value names the field."""
     import ast
     sp = SearchParams()
     fields = {f.name: getattr(sp, f.name) for f in dataclasses.fields(SearchParams)}
@@ -228,13 +231,15 @@ def search_params(overrides: list[str]) -> SearchParams:
                                 f"{', '.join(fields)}")
         old = fields[name]
         try:
-            if isinstance(old, tuple):
+            if isinstance(old, bool):
+                new = {"true": True, "1": True, "false": False, "0": False}[value.strip().lower()]
+            elif isinstance(old, tuple):
                 new = ast.literal_eval(value if value.strip().startswith("(") else f"({value},)")
                 if not isinstance(new, tuple):
                     raise ValueError(value)
             else:
                 new = type(old)(value)  # int, float or str
-        except (ValueError, SyntaxError):
+        except (ValueError, SyntaxError, KeyError):
             raise ScheduleError(f"search parameter {name}: {value!r} cannot be read as "
                                 f"{type(old).__name__} (the default is {old!r})") from None
         changes[name] = new

@@ -77,6 +77,17 @@ def _shape_step(a: tuple[int, ...], b: tuple[int, ...]) -> float:
     return d if d == math.inf else math.floor(d)
 
 
+# How many shape steps another host's program counts farther than this host's: a program
+# tuned here for a shape twice as large ties with one tuned elsewhere for the task's shape.
+# Ordering every program of this host first had a held-out LayerNorm 128x768 borrow
+# LayerNorms of 2^13 times another shape before the training one of its own shape.
+OTHER_HOST_STEPS = 1
+
+
+def _host_step(shape: tuple[int, ...], s: "Source", hw_key: str) -> float:
+    return _shape_step(shape, s.shape) + (OTHER_HOST_STEPS if s.hw_key != hw_key else 0)
+
+
 @functools.lru_cache(maxsize=None)
 def _form(rules: str) -> str:
     return epilogue_form(rules)[0]
@@ -162,16 +173,17 @@ class SourceLibrary:
         path = os.path.join(model_dir, SOURCES_FILE)
         return cls.load(path) if os.path.isfile(path) else None
 
-    def nearest(self, task: Task, hw_key: str) -> list[Source]:
+    def nearest(self, task: Task, hw_key: str, own: bool = False) -> list[Source]:
         """Sources for `task` on `hw_key`, best first: the same category before the rest of
-        the op, this hardware before others of its vector width (other widths are not
-        sources), then by shape (`shape_distance` in whole steps: within a factor of two
-        overall is one step), each step its own op type before the others of its
-        `op_family` (their sketches matched by `transfer.epilogue_form`: an epilogue
-        changes a schedule less than a shape does), then by throughput. A
-        program tuned for a 512-channel 14x14 map transfers to a 576-channel one; the
-        fastest program of the op, tuned for a 96x96 map of 24 channels, does not. The
-        task's own programs are left out."""
+        the op, then by shape (`shape_distance` in whole steps: within a factor of two
+        overall is one step; a program measured on another host of the vector width
+        counts `OTHER_HOST_STEPS` farther, other widths are not sources), each step its
+        own op type before the others of its `op_family` (their sketches matched by
+        `transfer.epilogue_form`: an epilogue changes a schedule less than a shape does),
+        this hardware first, then by throughput. A program tuned for a 512-channel 14x14
+        map transfers to a 576-channel one; the fastest program of the op, tuned for a
+        96x96 map of 24 channels, does not, even on this host. The task's own programs
+        are left out unless `own` (then another host's are its nearest)."""
         kind, width, shape = task_type(task), isa(hw_key), shape_signature(task)
         family = op_family(kind)
 
@@ -181,31 +193,31 @@ class SourceLibrary:
         cat = family_category(source_category(task), kind)
 
         mine = [s for k, group in self.by_type.items() if op_family(k) == family for s in group
-                if s.task_key != task.key and isa(s.hw_key) == width]
-        return sorted(mine, key=lambda s: (family_category(s.category, s.task_type) != cat, s.hw_key != hw_key,
-                                           _shape_step(shape, s.shape), s.task_type != kind, -s.gflops,
-                                           s.task_key))
+                if (own or s.task_key != task.key) and isa(s.hw_key) == width]
+        return sorted(mine, key=lambda s: (family_category(s.category, s.task_type) != cat,
+                                           s.task_key != task.key, _host_step(shape, s, hw_key), s.task_type != kind,
+                                           s.hw_key != hw_key, -s.gflops, s.task_key))
 
     def by_structure(self, space: SearchSpace, task: Task, hw_key: str) -> list[Source]:
         """Sources for a task of an op no source is named for (an op written by hand in
         `te`, a matmul beside batch matmuls): those whose sketch has the `epilogue_form`
-        of one of the task's sketches, so their questions are the task's; this hardware
-        first, then by shape and throughput as in `nearest`. A dense with a tanh GELU
+        of one of the task's sketches, so their questions are the task's; by shape, this
+        hardware and throughput as in `nearest`. A dense with a tanh GELU
         written by hand reads as a dense, a matmul as a batch matmul."""
         forms = {_form(str(sk)) for sk in space.sketches}
         width, shape = isa(hw_key), shape_signature(task)
         mine = [s for group in self.by_type.values() for s in group
                 if isa(s.hw_key) == width and s.task_key != task.key and _form(s.sketch) in forms]
-        return sorted(mine, key=lambda s: (s.hw_key != hw_key, _shape_step(shape, s.shape), -s.gflops, s.task_key))
+        return sorted(mine, key=lambda s: (_host_step(shape, s, hw_key), s.hw_key != hw_key, -s.gflops, s.task_key))
 
-    def transfers(self, space: SearchSpace, task: Task, limit: int,
-                  exclude: frozenset = frozenset()) -> list[tuple[Schedule, Trace]]:
+    def transfers(self, space: SearchSpace, task: Task, limit: int, exclude: frozenset = frozenset(),
+                  own: bool = False) -> list[tuple[Schedule, Trace]]:
         """Up to `limit` distinct programs for `task`, the nearest sources rewritten for
         its shape (those of its op family, else those of its structure), none whose trace
         (JSON) is in `exclude`; one per source task (a task's programs on two hosts are
-        often one)."""
+        often one); the task's own first where `own` (`nearest`)."""
         out, used, traces = [], set(), set(exclude)
-        for s in self.nearest(task, space.hw.key) or self.by_structure(space, task, space.hw.key):
+        for s in self.nearest(task, space.hw.key, own) or self.by_structure(space, task, space.hw.key):
             if len(out) == limit:
                 break
             if s.task_key in used:
