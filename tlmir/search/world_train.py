@@ -162,18 +162,22 @@ class Evaluator:
             self.model.feature_mean.copy_(x.mean(0))
             self.model.feature_std.copy_(x.std(0).clamp(min=1e-3))
 
-    def fine_tune(self, programs: Sequence[Program], steps: int = 20, lr: float = 2e-4, seed: int = 0) -> None:
-        """Train further on one task's measured programs (online, as a search measures them):
-        every step ranks a sample of them against each other."""
+    def fine_tune(self, programs: Sequence[Program], steps: int = 20, lr: float = 2e-4, seed: int = 0,
+                  batch: int = 64) -> None:
+        """Train further on measured programs (online, a task's as a search measures them):
+        every step ranks a sample of `batch` of them, each against the others of its
+        `Program.group` (task and CPU class)."""
         if len({p.seconds for p in programs}) < 2:
             return
         y = torch.tensor(normalized_throughput(programs), dtype=torch.float32)
+        ids: dict[str, int] = {}
+        group = torch.tensor([ids.setdefault(p.group, len(ids)) for p in programs])
         gen = torch.Generator().manual_seed(seed)
         opt = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=1e-4)
         self.model.train()
         for _ in range(steps):
-            idx = torch.randperm(len(programs), generator=gen)[:64].tolist()
-            loss = self._loss([programs[i] for i in idx], y[idx], torch.zeros(len(idx), dtype=torch.long))
+            idx = torch.randperm(len(programs), generator=gen)[:batch].tolist()
+            loss = self._loss([programs[i] for i in idx], y[idx], group[idx])
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
