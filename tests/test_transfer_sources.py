@@ -151,6 +151,17 @@ def test_another_hosts_program_of_the_shape_goes_before_this_hosts_of_a_far_shap
     assert [s.task_key for s in lib.nearest(target, HW2.key)] == [same_shape.key, far.key]
 
 
+def test_a_source_task_lends_one_program_of_this_host_and_one_of_the_others():
+    target, source = _task(ops.layernorm(128, 768)), _task(ops.layernorm(128, 768, eps=1e-6))
+    hosts = (HW2, HardwareParams(cores=2, l2_kb=1024), HardwareParams(cores=2, l1_kb=32, l2_kb=1024))
+    recs = [_record(source, SearchSpace(source.outputs, hw).sample(random.Random(seed))[1], 1e-4, hw)
+            for seed, hw in enumerate(hosts)]
+    lib = SourceLibrary.from_records(recs, {source.key: source})
+    assert len(lib.nearest(target, HW2.key)) == 3
+    got = lib.transfers(SearchSpace(target.outputs, HW2), target, 16)
+    assert len(got) == 2  # this host's and the first of the other two
+    assert got[0][1].to_json() == recs[0].trace  # this host's first: the same shape, replayed as it was
+
 def test_a_training_task_borrows_its_own_programs_from_other_hosts_only_when_asked():
     """Refreshing a library on a new host (`tlm_borrow_own`): the task's programs measured
     elsewhere lead its borrowed ones, before a neighbour of this host within a step."""

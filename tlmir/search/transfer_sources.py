@@ -214,18 +214,21 @@ class SourceLibrary:
                   own: bool = False) -> list[tuple[Schedule, Trace]]:
         """Up to `limit` distinct programs for `task`, the nearest sources rewritten for
         its shape (those of its op family, else those of its structure), none whose trace
-        (JSON) is in `exclude`; one per source task (a task's programs on two hosts are
-        often one); the task's own first where `own` (`nearest`)."""
+        (JSON) is in `exclude`; of a source task, one program of this host and one of
+        the others (the others' programs of a task are often one; this host's, tuned
+        harder for its own shape, can transfer worse than another's); the task's own
+        first where `own` (`nearest`)."""
         out, used, traces = [], set(), set(exclude)
         for s in self.nearest(task, space.hw.key, own) or self.by_structure(space, task, space.hw.key):
             if len(out) == limit:
                 break
-            if s.task_key in used:
+            source = (s.task_key, s.hw_key == space.hw.key)
+            if source in used:
                 continue
             got = transfer(space, Trace.from_json(s.trace), s.sketch)
             if got is None:
                 continue
-            used.add(s.task_key)
+            used.add(source)
             key = got[1].to_json()
             if key not in traces:
                 traces.add(key)
