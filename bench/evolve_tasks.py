@@ -14,7 +14,7 @@ code generator; its records join the demonstrations like the iterate run's own
 
 `--strategy tlm+evolutionary` starts each search from the shipped TLM's programs, so
 its demonstrations improve on what the model already writes rather than on random ones.
-`--strategy tlm --trials 32 --search-param tlm_borrow_own=true` refreshes the shipped
+`--strategy tlm --trials 10 --search-param tlm_borrow_own=true` refreshes the shipped
 library on a new host: each task measures the model's programs, its neighbours' and its
 own from other hosts, and `tlmir train sources` keeps the fastest here.
 

@@ -162,10 +162,9 @@ class Evaluator:
             self.model.feature_mean.copy_(x.mean(0))
             self.model.feature_std.copy_(x.std(0).clamp(min=1e-3))
 
-    def fine_tune(self, programs: Sequence[Program], steps: int = 20, lr: float = 2e-4, seed: int = 0,
-                  batch: int = 64) -> None:
+    def fine_tune(self, programs: Sequence[Program], steps: int = 20, lr: float = 2e-4, seed: int = 0) -> None:
         """Train further on measured programs (online, a task's as a search measures them):
-        every step ranks a sample of `batch` of them, each against the others of its
+        every step ranks a sample of 64 of them, each against the others of its
         `Program.group` (task and CPU class)."""
         if len({p.seconds for p in programs}) < 2:
             return
@@ -176,7 +175,7 @@ class Evaluator:
         opt = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=1e-4)
         self.model.train()
         for _ in range(steps):
-            idx = torch.randperm(len(programs), generator=gen)[:batch].tolist()
+            idx = torch.randperm(len(programs), generator=gen)[:64].tolist()
             loss = self._loss([programs[i] for i in idx], y[idx], group[idx])
             opt.zero_grad(set_to_none=True)
             loss.backward()
