@@ -1,4 +1,5 @@
 """Schedule transfer: a program of one task rewritten for another task of the same op."""
+import math
 import random
 
 import pytest
@@ -8,7 +9,7 @@ from tlmir.errors import ScheduleError
 from tlmir.runtime.target import HardwareParams
 from tlmir.schedule.decider import RandomDecider, ReplayDecider, Trace, factorizations
 from tlmir.schedule.space import SearchSpace
-from tlmir.search.transfer import nearest_answer, tile_distance, transfer
+from tlmir.search.transfer import nearest_answer, replay, tile_deviation, tile_distance, transfer
 
 from schedutil import assert_program_matches
 
@@ -21,6 +22,24 @@ def test_nearest_tile_keeps_the_inner_levels():
     got = nearest_answer(src, list(factorizations(64, 4, 64)))
     assert got == (4, 2, 1, 8)
     assert tile_distance(got, src) == pytest.approx(abs(2 - 1.5849625), rel=1e-6)
+
+
+def test_tile_deviation_counts_the_inner_levels_only():
+    assert tile_deviation((4, 2, 1, 8), (3, 2, 1, 8)) == 0.0  # the outermost absorbs the extent
+    assert tile_deviation((3, 1, 1, 16), (3, 1, 1, 17)) == pytest.approx(4 * math.log2(17 / 16))
+    assert tile_deviation(64, 48) == 0.0 and tile_deviation((1, 4), (1, 4)) == 0.0
+
+
+def test_a_replay_of_its_own_task_deviates_nowhere():
+    op = ops.dense(32, 48, 24)
+    space = SearchSpace(op.outputs, HW2)
+    _, trace = space.sample(random.Random(5))
+    _, again, deviation = replay(space, trace, str(space.sketches[trace.sketch]))
+    assert again.to_json() == trace.to_json() and deviation == 0.0
+    other = SearchSpace(ops.dense(34, 51, 17).outputs, HW2)  # primes: inner tiles rarely survive
+    moved = [replay(other, space.apply(k, RandomDecider(random.Random(k)))[1], str(sk))
+             for k, sk in enumerate(space.sketches)]
+    assert any(m is not None and m[2] > 0 for m in moved)
 
 
 def test_nearest_answer_of_each_kind():

@@ -13,6 +13,7 @@ from tlmir.lm.registry import TUNED_MODEL
 from tlmir.runtime.records import Record
 from tlmir.runtime.target import HardwareParams, SearchParams
 from tlmir.runtime.task import Task
+from tlmir.schedule.decider import Trace
 from tlmir.schedule.space import SearchSpace
 from tlmir.search.strategy import make_strategy
 from tlmir.workloads.common import task_name
@@ -177,6 +178,40 @@ def test_a_training_task_borrows_its_own_programs_from_other_hosts_only_when_ask
     assert len(lib.transfers(space, task, 4)) == 1 and len(lib.transfers(space, task, 4, own=True)) == 2
 
 
+def _tiled_dense_source(task: Task, tile: tuple) -> Record:
+    """A program of `task` whose every tile question takes `tile` (or its nearest answer)."""
+    from tlmir.search.transfer import TransferDecider
+    space = SearchSpace(task.outputs, HW2)
+    base = space.sample(random.Random(0))[1]
+    forced = type(base)(base.sketch, [(q, tile if isinstance(a, tuple) and q.startswith("tile D.")
+                                       and len(a) == len(tile) else a) for q, a in base.decisions])
+    _, trace = space.apply(forced.sketch, TransferDecider(forced))
+    return _record(task, trace, 1e-4)
+
+
+def test_transfers_put_a_source_whose_inner_tiles_survive_before_a_nearer_one_whose_do_not():
+    """Target extents 48: a source of extents 51 (3 x 17) has 17-wide inner tiles no
+    factorization of 48 keeps; one of extents 64 keeps its (1, 2, 8). By shape the 51
+    comes first; counting the deviation, the 64."""
+    target = _task(ops.dense(48, 48, 48))
+    prime, far = _task(ops.dense(51, 51, 51)), _task(ops.dense(64, 64, 64))
+    recs = [_tiled_dense_source(prime, (3, 1, 1, 17)), _tiled_dense_source(far, (4, 1, 2, 8))]
+    lib = SourceLibrary.from_records(recs, {t.key: t for t in (prime, far)})
+    space = SearchSpace(target.outputs, HW2)
+    assert [s.task_key for s in lib.nearest(target, HW2.key)] == [prime.key, far.key]
+    plain = lib.transfers(space, target, 1)
+    kept = lib.transfers(space, target, 1, deviation_steps=20.0)
+    from tlmir.search.transfer import replay
+    by_key = {s.task_key: s for s in lib.by_type["dense"]}
+    dev = {k: replay(space, Trace.from_json(s.trace), s.sketch)[2] for k, s in by_key.items()}
+    assert dev[far.key] == 0.0 < dev[prime.key]
+    assert plain[0][1].to_json() == replay(space, Trace.from_json(by_key[prime.key].trace),
+                                           by_key[prime.key].sketch)[1].to_json()
+    assert kept[0][1].to_json() == replay(space, Trace.from_json(by_key[far.key].trace),
+                                          by_key[far.key].sketch)[1].to_json()
+    assert len(lib.transfers(space, target, 2, deviation_steps=3.0)) == 2
+
+
 def test_transferred_sources_compile_and_match_numpy():
     sources = [_task(ops.dense(16 * i, 32, 24, bias=True, act="gelu")) for i in (1, 2, 3)]
     op = ops.dense(40, 48, 16, bias=True, act="gelu")
@@ -295,7 +330,8 @@ def test_tlm_measures_its_share_of_transfers_beside_its_own_programs(tmp_path, s
     search = make_strategy("tlm", SearchSpace(task.outputs, HW2, sp), task, seed=0, model=str(model))
     picks = search.propose(10)
     lib = SourceLibrary.of_model(str(model))
-    transferred = {trace.to_json() for _, trace in lib.transfers(search.space, task, 6)}
+    transferred = {trace.to_json() for _, trace in lib.transfers(search.space, task, 6,
+                                                                 deviation_steps=sp.tlm_transfer_deviation)}
     assert len(picks) == 10 and len({c.key for c in picks}) == 10
     assert sum(c.key in transferred for c in picks[:borrowed]) == borrowed
     if borrowed:
@@ -311,6 +347,8 @@ def test_search_params_refuse_a_share_outside_zero_to_one():
     from tlmir.errors import ScheduleError
     with pytest.raises(ScheduleError, match="tlm_transfer_share"):
         SearchParams(tlm_transfer_share=1.5)
+    with pytest.raises(ScheduleError, match="tlm_transfer_deviation"):
+        SearchParams(tlm_transfer_deviation=-1.0)
 
 
 def test_measured_novel_tasks_join_the_library_when_asked(tmp_path):

@@ -107,7 +107,8 @@ class TLMSearch(RandomSearch):
             return []
         if self.borrowable is None:
             sp = self.space.sp
-            got = self.sources.transfers(self.space, self.task, sp.tlm_transfers, own=sp.tlm_borrow_own)
+            got = self.sources.transfers(self.space, self.task, sp.tlm_transfers, own=sp.tlm_borrow_own,
+                                         deviation_steps=sp.tlm_transfer_deviation)
             self.borrowable = make_candidates(self.space, self.args, got, self.lowers_features)
         pool = [c for c in self.borrowable if c.key not in exclude]
         if self.ranker is not None and len(pool) > k:  # the evaluator's rank + the library's

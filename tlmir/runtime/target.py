@@ -174,6 +174,10 @@ class SearchParams:
                                        # (search/transfer_sources.py; 0, or a model without sources: none)
     tlm_transfer_share: float = 0.6    # ... the share of each round's measurements taken from them
                                        # (rounded: TLM-1 one, TLM-10 six), the evaluator's top picks
+    tlm_transfer_deviation: float = 3.0  # ... picked among twice as many sources, each counting this
+                                       # many shape steps farther per unit of the source's inner tiles
+                                       # its rewrite could not keep (SourceLibrary.transfers; 0: the
+                                       # nearest as they come)
     tlm_borrow_own: bool = False       # ... and a training task may borrow its own programs measured
                                        # on other hosts (a library refreshed on a new host keeps the
                                        # better of them and the search); off, a task borrows only others'
@@ -205,6 +209,8 @@ class SearchParams:
         if self.tlm_transfers < 0 or not 0.0 <= self.tlm_transfer_share <= 1.0:
             raise ScheduleError(f"SearchParams: tlm_transfers must be >= 0 and tlm_transfer_share in [0, 1], "
                                 f"got {self.tlm_transfers!r} and {self.tlm_transfer_share!r}")
+        if not self.tlm_transfer_deviation >= 0.0:
+            raise ScheduleError(f"SearchParams.tlm_transfer_deviation must be >= 0, got {self.tlm_transfer_deviation!r}")
         if self.lowering_workers < 0:
             raise ScheduleError(f"SearchParams.lowering_workers must be >= 0, got {self.lowering_workers!r}")
         if self.pack_max_repeat < 1:

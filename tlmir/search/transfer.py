@@ -31,6 +31,16 @@ def tile_distance(option: tuple, source: tuple) -> float:
                for lvl, (o, s) in enumerate(zip(option, source)))
 
 
+def tile_deviation(chosen: Any, source: Any) -> float:
+    """How far a replayed tile answer moved from the source's in its inner levels
+    (`tile_distance` without the outermost, which absorbs a change of extent): 0 where
+    the source's register and cache tiles were kept, or the answer is not a tile."""
+    if (isinstance(source, tuple) and isinstance(chosen, tuple) and len(chosen) == len(source)
+            and chosen != source and all(s > 0 for s in source)):
+        return tile_distance(chosen[1:], source[1:])
+    return 0.0
+
+
 def nearest_answer(source: Any, options: list) -> Any:
     """`source` if the options hold it, else the option nearest to it: a tile by
     `tile_distance`, a number in log scale, a name (a compute location) by the longest
@@ -70,13 +80,19 @@ class TransferDecider(Decider):
     A parallel answer counts loops, so on another shape it can mean another amount of
     parallel work: a batch-4 program that parallelizes its batch loop runs serially on
     batch 1. Where the replayed answer's fused loop is shorter than `min_parallel` (the
-    target's cores), the fewest loops that reach it are fused instead."""
+    target's cores), the fewest loops that reach it are fused instead.
+
+    `deviation` sums `tile_deviation` over the answers replayed: how much of the source's
+    inner tiling the target's extents could not keep. A program tuned for 17x17 maps
+    (prime extents) loses its tiles on 14x14 ones; one tuned for 12x12 maps keeps them
+    and transfers better, though its shape is farther (`SourceLibrary.transfers`)."""
 
     def __init__(self, source: Trace, source_names: Names = _same, target_names: Names = _same,
                  min_parallel: int = 1):
         super().__init__()
         self.names = target_names
         self.min_parallel = min_parallel
+        self.deviation = 0.0
         self.recorded = {_question(q, source_names): source_names(a) if isinstance(a, str) else a
                          for q, a in source.decisions}
         self.by_kind: dict[str, Any] = {}
@@ -98,14 +114,19 @@ class TransferDecider(Decider):
                 named = {self.names(o): o for o in options if isinstance(o, str)}
                 if named:
                     return named[nearest_answer(answer, list(named))]
-            return nearest_answer(answer, options)
+            return self._nearest(answer, options)
         kind = question.split(" ", 1)[0]
         if kind in self.by_kind:
             try:
-                return nearest_answer(self.by_kind[kind], options)
+                return self._nearest(self.by_kind[kind], options)
             except ScheduleError:
                 pass
         return options[0]
+
+    def _nearest(self, source: Any, options: list) -> Any:
+        chosen = nearest_answer(source, options)
+        self.deviation += tile_deviation(chosen, source)
+        return chosen
 
 
 def _question(question: str, names: Names) -> str:
@@ -160,8 +181,14 @@ def epilogue_form(rules: str) -> tuple[str, Names | None]:
 
 
 def transfer(space: SearchSpace, source: Trace, source_sketch: str) -> tuple[Schedule, Trace] | None:
+    """`replay` without the deviation."""
+    got = replay(space, source, source_sketch)
+    return None if got is None else got[:2]
+
+
+def replay(space: SearchSpace, source: Trace, source_sketch: str) -> tuple[Schedule, Trace, float] | None:
     """The source program (its trace and its sketch's rules, `str(Sketch)`) rewritten for
-    `space`'s task as (schedule, trace), or None where the space has no sketch with those
+    `space`'s task as (schedule, trace, `TransferDecider.deviation`), or None where the space has no sketch with those
     rules or an answer has no counterpart. Without a sketch of the same rules, one of the
     same `epilogue_form` takes it, questions and loop names compared in that form's
     naming (a dense + residual add borrows a dense + bias program, a plain conv a conv +
@@ -178,6 +205,7 @@ def transfer(space: SearchSpace, source: Trace, source_sketch: str) -> tuple[Sch
         sketch_id, target_names = match[0]
         decider = TransferDecider(source, source_names or _same, target_names or _same, cores)
     try:
-        return space.apply(sketch_id, decider)
+        schedule, trace = space.apply(sketch_id, decider)
     except ScheduleError:
         return None
+    return schedule, trace, decider.deviation

@@ -28,7 +28,7 @@ from ..runtime.task import Task, category, task_type
 from ..schedule.decider import Trace
 from ..schedule.schedule import Schedule
 from ..schedule.space import SearchSpace
-from .transfer import epilogue_form, transfer
+from .transfer import epilogue_form, replay
 
 SOURCES_FILE = "sources.jsonl.xz"
 _GROUPS = re.compile(r"_g\d+(_|$)")
@@ -184,19 +184,26 @@ class SourceLibrary:
         map transfers to a 576-channel one; the fastest program of the op, tuned for a
         96x96 map of 24 channels, does not, even on this host. The task's own programs
         are left out unless `own` (then another host's are its nearest)."""
-        kind, width, shape = task_type(task), isa(hw_key), shape_signature(task)
+        key = self._nearest_key(task, hw_key)
+        family, width = op_family(task_type(task)), isa(hw_key)
+        mine = [s for k, group in self.by_type.items() if op_family(k) == family for s in group
+                if (own or s.task_key != task.key) and isa(s.hw_key) == width]
+        return sorted(mine, key=key)
+
+    @staticmethod
+    def _nearest_key(task: Task, hw_key: str):
+        """`nearest`'s order as a sort key of a source: (another category, not the task's
+        own, host step, another op type, another host, -throughput, task key)."""
+        kind, shape = task_type(task), shape_signature(task)
         family = op_family(kind)
 
         def family_category(category: str, source_kind: str) -> str:
             return family + category[len(source_kind):]
 
         cat = family_category(source_category(task), kind)
-
-        mine = [s for k, group in self.by_type.items() if op_family(k) == family for s in group
-                if (own or s.task_key != task.key) and isa(s.hw_key) == width]
-        return sorted(mine, key=lambda s: (family_category(s.category, s.task_type) != cat,
-                                           s.task_key != task.key, _host_step(shape, s, hw_key), s.task_type != kind,
-                                           s.hw_key != hw_key, -s.gflops, s.task_key))
+        return lambda s: (family_category(s.category, s.task_type) != cat, s.task_key != task.key,
+                          _host_step(shape, s, hw_key), s.task_type != kind, s.hw_key != hw_key,
+                          -s.gflops, s.task_key)
 
     def by_structure(self, space: SearchSpace, task: Task, hw_key: str) -> list[Source]:
         """Sources for a task of an op no source is named for (an op written by hand in
@@ -211,27 +218,47 @@ class SourceLibrary:
         return sorted(mine, key=lambda s: (_host_step(shape, s, hw_key), s.hw_key != hw_key, -s.gflops, s.task_key))
 
     def transfers(self, space: SearchSpace, task: Task, limit: int, exclude: frozenset = frozenset(),
-                  own: bool = False) -> list[tuple[Schedule, Trace]]:
+                  own: bool = False, deviation_steps: float = 0.0) -> list[tuple[Schedule, Trace]]:
         """Up to `limit` distinct programs for `task`, the nearest sources rewritten for
         its shape (those of its op family, else those of its structure), none whose trace
         (JSON) is in `exclude`; of a source task, one program of this host and one of
         the others (the others' programs of a task are often one; this host's, tuned
         harder for its own shape, can transfer worse than another's); the task's own
-        first where `own` (`nearest`)."""
+        first where `own` (`nearest`).
+
+        With `deviation_steps` > 0 the programs of twice as many sources are ordered again,
+        each source's shape step (`nearest`'s, within its category and own-first order)
+        counting `deviation_steps` per unit of its rewrite's `replay` deviation (the
+        source's inner tiles the task's extents could not keep), and the first `limit`
+        kept: the 1x1 conv 704->128 on 14x14 maps then borrows a program of 12x12 maps
+        whose tiles survive before one of 17x17 maps whose tiles do not."""
+        hw_key = space.hw.key
+        sources, shape = self.nearest(task, hw_key, own), shape_signature(task)
+        nearest_key = self._nearest_key(task, hw_key) if sources else None
+        if not sources:
+            sources = self.by_structure(space, task, hw_key)
+
+        def place(s: Source) -> tuple:
+            """(another category, not the task's own, host step) as `nearest` orders them."""
+            return nearest_key(s)[:3] if nearest_key else (_host_step(shape, s, hw_key),)
+
+        width = 2 * limit if deviation_steps > 0 else limit
         out, used, traces = [], set(), set(exclude)
-        for s in self.nearest(task, space.hw.key, own) or self.by_structure(space, task, space.hw.key):
-            if len(out) == limit:
+        for s in sources:
+            if len(out) == width:
                 break
-            source = (s.task_key, s.hw_key == space.hw.key)
+            source = (s.task_key, s.hw_key == hw_key)
             if source in used:
                 continue
-            got = transfer(space, Trace.from_json(s.trace), s.sketch)
+            got = replay(space, Trace.from_json(s.trace), s.sketch)
             if got is None:
                 continue
             used.add(source)
             key = got[1].to_json()
             if key not in traces:
                 traces.add(key)
-                out.append(got)
-        return out
-
+                *tier, step = place(s)
+                out.append(((*tier, step + deviation_steps * got[2]), got[:2]))
+        if deviation_steps > 0:
+            out.sort(key=lambda o: o[0])  # stable: nearest's order among equals
+        return [program for _, program in out[:limit]]
