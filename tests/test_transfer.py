@@ -34,12 +34,16 @@ def test_a_replay_of_its_own_task_deviates_nowhere():
     op = ops.dense(32, 48, 24)
     space = SearchSpace(op.outputs, HW2)
     _, trace = space.sample(random.Random(5))
-    _, again, deviation = replay(space, trace, str(space.sketches[trace.sketch]))
-    assert again.to_json() == trace.to_json() and deviation == 0.0
+    again = replay(space, trace, str(space.sketches[trace.sketch]))
+    assert again.trace.to_json() == trace.to_json() and again.deviation == 0.0 and again.moved == ()
     other = SearchSpace(ops.dense(34, 51, 17).outputs, HW2)  # primes: inner tiles rarely survive
     moved = [replay(other, space.apply(k, RandomDecider(random.Random(k)))[1], str(sk))
              for k, sk in enumerate(space.sketches)]
-    assert any(m is not None and m[2] > 0 for m in moved)
+    assert any(m is not None and m.deviation > 0 for m in moved)
+    for m in moved:  # a question is named moved exactly where its tile moved
+        if m is not None:
+            assert (m.deviation > 0) == bool(m.moved)
+            assert set(m.moved) <= {q for q, _ in m.trace.decisions}
 
 
 def test_nearest_answer_of_each_kind():

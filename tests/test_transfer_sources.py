@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tlmir import ops
-from tlmir.errors import RecordError
+from tlmir.errors import RecordError, ScheduleError
 from tlmir.lm.registry import TUNED_MODEL
 from tlmir.runtime.records import Record
 from tlmir.runtime.target import HardwareParams, SearchParams
@@ -341,6 +341,30 @@ def test_tlm_measures_its_share_of_transfers_beside_its_own_programs(tmp_path, s
     bare = tmp_path / "bare"
     shutil.copytree(TUNED_MODEL, bare, ignore=shutil.ignore_patterns(SOURCES_FILE))
     assert make_strategy("tlm", SearchSpace(task.outputs, HW2, sp), task, model=str(bare)).sources is None
+
+
+def test_tlm_has_the_model_rewrite_the_tiles_a_transfer_could_not_keep(tmp_path):
+    """With `tlm_transfer_repairs`, each rewrite whose inner tiles moved lends programs
+    that keep its other answers and have the model answer the moved tile questions."""
+    model = tmp_path / "tlm"
+    shutil.copytree(TUNED_MODEL, model, ignore=shutil.ignore_patterns(SOURCES_FILE))
+    prime = _task(ops.dense(51, 51, 51))
+    SourceLibrary.from_records([_tiled_dense_source(prime, (3, 1, 1, 17))], {prime.key: prime}).save(
+        str(model / SOURCES_FILE))
+    task = _task(ops.dense(48, 48, 48))
+    sp = SearchParams(tlm_rank_per_slot=4, tlm_rank_min_pool=0, tlm_transfers=4, tlm_transfer_repairs=3)
+    search = make_strategy("tlm", SearchSpace(task.outputs, HW2, sp), task, seed=0, model=str(model))
+    lent = search._borrow(2, set()) + search.borrowable  # TLM-1's pick and the rest
+    rewrite = SourceLibrary.of_model(str(model)).rewrites(search.space, task, 4)[0]
+    assert rewrite.moved
+    repairs = [c for c in lent if c.key != rewrite.trace.to_json()]
+    assert repairs and all(search.library_rank[c.key] == 0 for c in repairs)
+    kept = {q: a for q, a in rewrite.trace.decisions if q.startswith("tile ") and q not in rewrite.moved}
+    for c in repairs:  # (a question asked after a moved tile may depend on it: those may differ)
+        assert c.trace.sketch == rewrite.trace.sketch
+        assert {q: a for q, a in c.trace.decisions if q in kept} == kept
+    with pytest.raises(ScheduleError, match="tlm_transfer_repairs"):
+        SearchParams(tlm_transfer_repairs=-1)
 
 
 def test_search_params_refuse_a_share_outside_zero_to_one():

@@ -88,6 +88,7 @@ class TLMSearch(RandomSearch):
         self.pool_size = pool_size  # ranked: programs written per round (None: per slot, as above)
         self.sources = cached_sources(model) if space.sp.tlm_transfers else None
         self.borrowable: list[Candidate] | None = None  # the transfers not yet measured, made once
+        self.library_rank: dict[str, int] = {}  # candidate key -> its rewrite's place in the library's order
 
     def round_size(self, done: int) -> int:
         """Ranked with `tlm_refine_after` > 0: that many first (one pool, as TLM-10 measures
@@ -107,17 +108,43 @@ class TLMSearch(RandomSearch):
             return []
         if self.borrowable is None:
             sp = self.space.sp
-            got = self.sources.transfers(self.space, self.task, sp.tlm_transfers, own=sp.tlm_borrow_own,
-                                         deviation_steps=sp.tlm_transfer_deviation)
-            self.borrowable = make_candidates(self.space, self.args, got, self.lowers_features)
+            got = self.sources.rewrites(self.space, self.task, sp.tlm_transfers, own=sp.tlm_borrow_own,
+                                        deviation_steps=sp.tlm_transfer_deviation)
+            self.borrowable = make_candidates(self.space, self.args, [(r.schedule, r.trace) for r in got],
+                                              self.lowers_features)
+            self.library_rank = {c.key: i for i, c in enumerate(self.borrowable)}
+            if sp.tlm_transfer_repairs > 0:
+                self.borrowable += self._repairs(got, sp.tlm_transfer_repairs)
         pool = [c for c in self.borrowable if c.key not in exclude]
         if self.ranker is not None and len(pool) > k:  # the evaluator's rank + the library's
-            order = np.argsort(_ranks(-self.ranker.score(pool)) + np.arange(len(pool)), kind="stable")
+            library = np.array([self.library_rank[c.key] for c in pool])
+            order = np.argsort(_ranks(-self.ranker.score(pool)) + _ranks(library), kind="stable")
             pool = [pool[i] for i in order]
         picks = pool[:k]
         taken = {c.key for c in picks}
         self.borrowable = [c for c in self.borrowable if c.key not in taken]
         return picks
+
+    def _repairs(self, rewrites: list, per_source: int) -> list[Candidate]:
+        """`per_source` programs for each rewrite whose tiles moved (`Replayed.moved`): the
+        rewrite's answers but those, which the model writes anew for this task's extents
+        (sampled; `Generator.generate(variants=...)`). Each takes its rewrite's place in the
+        library's order."""
+        variants = [(r.trace, set(r.moved)) for r in rewrites if r.moved for _ in range(per_source)]
+        if not variants:
+            return []
+        seen, picked, parents = set(self.library_rank), [], []
+        for (parent, _), g in zip(variants, self.gen.generate(self.task, len(variants), self.batch_size,
+                                                              self.space, variants=variants)):
+            key = g.trace.to_json() if g.trace is not None else None
+            if key is not None and key not in seen:
+                seen.add(key)
+                picked.append((g.schedule, g.trace))
+                parents.append(parent.to_json())
+        cands = make_candidates(self.space, self.args, picked, self.lowers_features)
+        for cand, parent in zip(cands, parents):
+            self.library_rank[cand.key] = self.library_rank[parent]
+        return cands
 
     def _generate(self, n: int, exclude: set) -> list[Candidate]:
         """Up to n distinct programs whose traces are not in `exclude`: some borrowed

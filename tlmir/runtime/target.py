@@ -178,6 +178,8 @@ class SearchParams:
                                        # many shape steps farther per unit of the source's inner tiles
                                        # its rewrite could not keep (SourceLibrary.transfers; 0: the
                                        # nearest as they come)
+    tlm_transfer_repairs: int = 0      # ... and per rewrite whose inner tiles moved, this many programs
+                                       # with those tiles written anew by the model (0: none)
     tlm_borrow_own: bool = False       # ... and a training task may borrow its own programs measured
                                        # on other hosts (a library refreshed on a new host keeps the
                                        # better of them and the search); off, a task borrows only others'
@@ -209,6 +211,8 @@ class SearchParams:
         if self.tlm_transfers < 0 or not 0.0 <= self.tlm_transfer_share <= 1.0:
             raise ScheduleError(f"SearchParams: tlm_transfers must be >= 0 and tlm_transfer_share in [0, 1], "
                                 f"got {self.tlm_transfers!r} and {self.tlm_transfer_share!r}")
+        if self.tlm_transfer_repairs < 0:
+            raise ScheduleError(f"SearchParams.tlm_transfer_repairs must be >= 0, got {self.tlm_transfer_repairs!r}")
         if not self.tlm_transfer_deviation >= 0.0:
             raise ScheduleError(f"SearchParams.tlm_transfer_deviation must be >= 0, got {self.tlm_transfer_deviation!r}")
         if self.lowering_workers < 0:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from ..errors import ScheduleError
 from ..schedule.decider import Decider, Trace
@@ -83,7 +83,8 @@ class TransferDecider(Decider):
     target's cores), the fewest loops that reach it are fused instead.
 
     `deviation` sums `tile_deviation` over the answers replayed: how much of the source's
-    inner tiling the target's extents could not keep. A program tuned for 17x17 maps
+    inner tiling the target's extents could not keep; `moved` names the questions whose
+    tiles moved (for the language model to answer anew: `tlm_transfer_repairs`). A program tuned for 17x17 maps
     (prime extents) loses its tiles on 14x14 ones; one tuned for 12x12 maps keeps them
     and transfers better, though its shape is farther (`SourceLibrary.transfers`)."""
 
@@ -93,6 +94,7 @@ class TransferDecider(Decider):
         self.names = target_names
         self.min_parallel = min_parallel
         self.deviation = 0.0
+        self.moved: list[str] = []
         self.recorded = {_question(q, source_names): source_names(a) if isinstance(a, str) else a
                          for q, a in source.decisions}
         self.by_kind: dict[str, Any] = {}
@@ -114,18 +116,21 @@ class TransferDecider(Decider):
                 named = {self.names(o): o for o in options if isinstance(o, str)}
                 if named:
                     return named[nearest_answer(answer, list(named))]
-            return self._nearest(answer, options)
+            return self._nearest(question, answer, options)
         kind = question.split(" ", 1)[0]
         if kind in self.by_kind:
             try:
-                return self._nearest(self.by_kind[kind], options)
+                return self._nearest(question, self.by_kind[kind], options)
             except ScheduleError:
                 pass
         return options[0]
 
-    def _nearest(self, source: Any, options: list) -> Any:
+    def _nearest(self, question: str, source: Any, options: list) -> Any:
         chosen = nearest_answer(source, options)
-        self.deviation += tile_deviation(chosen, source)
+        deviation = tile_deviation(chosen, source)
+        if deviation > 0:
+            self.deviation += deviation
+            self.moved.append(question)
         return chosen
 
 
@@ -180,15 +185,24 @@ def epilogue_form(rules: str) -> tuple[str, Names | None]:
     return ", ".join(kept), (_epilogue_names(out) if out else None)
 
 
+class Replayed(NamedTuple):
+    """A source program rewritten for a task: its schedule and trace, the summed
+    `tile_deviation` of its answers from the source's and the questions whose tiles moved."""
+    schedule: Schedule
+    trace: Trace
+    deviation: float
+    moved: tuple[str, ...]
+
+
 def transfer(space: SearchSpace, source: Trace, source_sketch: str) -> tuple[Schedule, Trace] | None:
-    """`replay` without the deviation."""
+    """`replay`'s schedule and trace."""
     got = replay(space, source, source_sketch)
-    return None if got is None else got[:2]
+    return None if got is None else (got.schedule, got.trace)
 
 
-def replay(space: SearchSpace, source: Trace, source_sketch: str) -> tuple[Schedule, Trace, float] | None:
+def replay(space: SearchSpace, source: Trace, source_sketch: str) -> Replayed | None:
     """The source program (its trace and its sketch's rules, `str(Sketch)`) rewritten for
-    `space`'s task as (schedule, trace, `TransferDecider.deviation`), or None where the space has no sketch with those
+    `space`'s task (`Replayed`), or None where the space has no sketch with those
     rules or an answer has no counterpart. Without a sketch of the same rules, one of the
     same `epilogue_form` takes it, questions and loop names compared in that form's
     naming (a dense + residual add borrows a dense + bias program, a plain conv a conv +
@@ -208,4 +222,4 @@ def replay(space: SearchSpace, source: Trace, source_sketch: str) -> tuple[Sched
         schedule, trace = space.apply(sketch_id, decider)
     except ScheduleError:
         return None
-    return schedule, trace, decider.deviation
+    return Replayed(schedule, trace, decider.deviation, tuple(decider.moved))

@@ -28,7 +28,7 @@ from ..runtime.task import Task, category, task_type
 from ..schedule.decider import Trace
 from ..schedule.schedule import Schedule
 from ..schedule.space import SearchSpace
-from .transfer import epilogue_form, replay
+from .transfer import Replayed, epilogue_form, replay
 
 SOURCES_FILE = "sources.jsonl.xz"
 _GROUPS = re.compile(r"_g\d+(_|$)")
@@ -219,6 +219,11 @@ class SourceLibrary:
 
     def transfers(self, space: SearchSpace, task: Task, limit: int, exclude: frozenset = frozenset(),
                   own: bool = False, deviation_steps: float = 0.0) -> list[tuple[Schedule, Trace]]:
+        """`rewrites`' schedules and traces."""
+        return [(r.schedule, r.trace) for r in self.rewrites(space, task, limit, exclude, own, deviation_steps)]
+
+    def rewrites(self, space: SearchSpace, task: Task, limit: int, exclude: frozenset = frozenset(),
+                 own: bool = False, deviation_steps: float = 0.0) -> list[Replayed]:
         """Up to `limit` distinct programs for `task`, the nearest sources rewritten for
         its shape (those of its op family, else those of its structure), none whose trace
         (JSON) is in `exclude`; of a source task, one program of this host and one of
@@ -258,7 +263,7 @@ class SourceLibrary:
             if key not in traces:
                 traces.add(key)
                 *tier, step = place(s)
-                out.append(((*tier, step + deviation_steps * got[2]), got[:2]))
+                out.append(((*tier, step + deviation_steps * got.deviation), got))
         if deviation_steps > 0:
             out.sort(key=lambda o: o[0])  # stable: nearest's order among equals
         return [program for _, program in out[:limit]]
