@@ -51,7 +51,7 @@ from tlmir.evaluate import program_timer  # noqa: E402
 from tlmir.lm.registry import model_dir  # noqa: E402
 from tlmir.ops.base import OpDef, count_flops  # noqa: E402
 from tlmir.ops.baselines import baseline_times_isolated  # noqa: E402
-from tlmir.runtime.target import cpu_model_name, host_hardware  # noqa: E402
+from tlmir.runtime.target import cpu_model_name, host_hardware, search_params  # noqa: E402
 from tlmir.runtime.task import Task  # noqa: E402
 from tlmir.schedule.space import SearchSpace  # noqa: E402
 from tlmir.search.tune import tune  # noqa: E402
@@ -150,7 +150,7 @@ def well_formed(task: Task, hw, model: str, n: int, seed: int) -> dict:
             "answer_errors": [g.error for g in answers if g.trace is None][:5]}
 
 
-def run_op(name: str, a, hw, dbs: dict[str, tuple[str, str, int]]) -> dict:
+def run_op(name: str, a, hw, dbs: dict[str, tuple[str, str, int]], sp) -> dict:
     desc, make = OPS[name]
     op = make()
     task = Task.from_op(op, name=name)
@@ -162,7 +162,8 @@ def run_op(name: str, a, hw, dbs: dict[str, tuple[str, str, int]]) -> dict:
               f"answers: {u['answers_valid']}/{u['n']} in the space, {u['seconds']:.1f} s", flush=True)
     for run, (strategy, db, trials) in dbs.items():
         t0 = time.perf_counter()
-        r = tune(task, trials=trials, strategy=strategy, db=db, progress=False, seed=a.seed, model=a.model)
+        r = tune(task, trials=trials, strategy=strategy, db=db, progress=False, seed=a.seed, model=a.model,
+                 sp=sp if strategy != "evolutionary" else None)
         row["runs"][run] = {"trials": trials, "measurements": r.measurements, "failures": r.failures,
                                  "recorded_s": r.best_seconds if r.best_trace else None,
                                  "confirmed": r.confirmed, "tune_wall_s": time.perf_counter() - t0,
@@ -223,8 +224,12 @@ def main() -> None:
                         "before a change) whose best programs are re-timed beside the others")
     p.add_argument("--well-formed-only", action="store_true",
                    help="only sample --unconstrained sentences and answers per op (no search, no timing)")
+    p.add_argument("--search-param", action="append", default=[], metavar="NAME=VALUE",
+                   help="a SearchParams field for the TLM runs, as tlmir tune takes it "
+                        "(tlm_transfer_deviation=0: transfers by shape alone)")
     p.add_argument("--json")
     a = p.parse_args()
+    sp = search_params(a.search_param)
     names = a.ops.split(",") if a.ops else list(OPS)
     unknown = [n for n in names if n not in OPS]
     if unknown:
@@ -250,7 +255,7 @@ def main() -> None:
         dbs[name] = ("tlm", path, a.tlm_trials)
         strategies.append(name)
     dbs["evolutionary"] = ("evolutionary", os.path.join(a.db_dir, "evolutionary.db"), a.evo_trials)
-    rows = [run_op(n, a, hw, dbs) for n in names]
+    rows = [run_op(n, a, hw, dbs, sp) for n in names]
     geo = {}
     for s in strategies:
         ratios = [r["evo_over"][s] for r in rows if r["evo_over"][s]]
