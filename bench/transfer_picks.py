@@ -53,8 +53,9 @@ def main() -> None:
         for task in representative_tasks("held-out"):
             space = SearchSpace(task.outputs, hw, sp)
             ranker = WorldRanker(space, task, 0)
-            cands = make_candidates(space, task.args, library.transfers(space, task, a.transfers or sp.tlm_transfers),
-                                    ranker.reads_features)
+            got = library.transfers(space, task, a.transfers or sp.tlm_transfers,
+                                    deviation_steps=sp.tlm_transfer_deviation)  # in tlm's order
+            cands = make_candidates(space, task.args, got, ranker.reads_features)
             done = {r.trace: r for r in db.records(task.key, hw.key)}
             seconds = []
             for c in cands:
