@@ -179,7 +179,8 @@ class SearchParams:
                                        # its rewrite could not keep (SourceLibrary.transfers; 0: the
                                        # nearest as they come)
     tlm_transfer_repairs: int = 0      # ... and per rewrite whose inner tiles moved, this many programs
-                                       # with those tiles written anew by the model (0: none)
+                                       # with those tiles written anew by the model (0: none; 4 measured
+                                       # worse, the evaluator picking them: docs/model.md)
     tlm_borrow_own: bool = False       # ... and a training task may borrow its own programs measured
                                        # on other hosts (a library refreshed on a new host keeps the
                                        # better of them and the search); off, a task borrows only others'
@@ -214,7 +215,8 @@ class SearchParams:
         if self.tlm_transfer_repairs < 0:
             raise ScheduleError(f"SearchParams.tlm_transfer_repairs must be >= 0, got {self.tlm_transfer_repairs!r}")
         if not self.tlm_transfer_deviation >= 0.0:
-            raise ScheduleError(f"SearchParams.tlm_transfer_deviation must be >= 0, got {self.tlm_transfer_deviation!r}")
+            raise ScheduleError(f"SearchParams.tlm_transfer_deviation must be >= 0, "
+                                f"got {self.tlm_transfer_deviation!r}")
         if self.lowering_workers < 0:
             raise ScheduleError(f"SearchParams.lowering_workers must be >= 0, got {self.lowering_workers!r}")
         if self.pack_max_repeat < 1:

@@ -84,9 +84,10 @@ class TransferDecider(Decider):
 
     `deviation` sums `tile_deviation` over the answers replayed: how much of the source's
     inner tiling the target's extents could not keep; `moved` names the questions whose
-    tiles moved (for the language model to answer anew: `tlm_transfer_repairs`). A program tuned for 17x17 maps
-    (prime extents) loses its tiles on 14x14 ones; one tuned for 12x12 maps keeps them
-    and transfers better, though its shape is farther (`SourceLibrary.transfers`)."""
+    tiles moved (for the language model to answer anew: `tlm_transfer_repairs`). A
+    program tuned for 17x17 maps (prime extents) loses its tiles on 14x14 ones; one
+    tuned for 12x12 maps keeps them and transfers better, though its shape is farther
+    (`SourceLibrary.rewrites`)."""
 
     def __init__(self, source: Trace, source_names: Names = _same, target_names: Names = _same,
                  min_parallel: int = 1):
