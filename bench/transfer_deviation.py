@@ -54,8 +54,8 @@ def main() -> None:
     devs, rels, best = [], [], {}
     for task, space in tasks:  # deviation against relative throughput, over the 48 nearest
         got = [replay(space, Trace.from_json(s.trace), s.sketch) for s in library.nearest(task, a.hw)[:48]]
-        pairs = [(g[2], seconds[task.key][g[1].to_json()]) for g in got
-                 if g is not None and g[1].to_json() in seconds[task.key]]
+        pairs = [(g.deviation, seconds[task.key][g.trace.to_json()]) for g in got
+                 if g is not None and g.trace.to_json() in seconds[task.key]]
         if pairs:
             best[task.key] = min(s for _, s in pairs)
         if len(pairs) >= 3:
@@ -64,6 +64,9 @@ def main() -> None:
             rels += list(logs - logs.mean())
     print(f"{a.hw}: correlation of tile deviation with relative log throughput "
           f"{np.corrcoef(devs, rels)[0, 1]:+.3f} over {len(devs)} measured transfers")
+
+    def gm(xs: list[float]) -> float:
+        return math.exp(np.mean(np.log(xs)))
 
     for w in a.weights:
         first, six, vs_ref = [], [], []
@@ -75,7 +78,6 @@ def main() -> None:
             first.append(best[task.key] / picks[0])
             six.append(best[task.key] / min(s for s in picks[:6] if s is not None))
             vs_ref.append(ref[task.key] / picks[0])
-        gm = lambda xs: math.exp(np.mean(np.log(xs)))  # noqa: E731
         print(f"  deviation_steps {w:g}: {len(first)} tasks, first pick {gm(first):.3f} of the best measured "
               f"({gm(vs_ref):.3f} of the reference), best of the first six {gm(six):.3f}")
 

@@ -163,6 +163,7 @@ def test_a_source_task_lends_one_program_of_this_host_and_one_of_the_others():
     assert len(got) == 2  # this host's and the first of the other two
     assert got[0][1].to_json() == recs[0].trace  # this host's first: the same shape, replayed as it was
 
+
 def test_a_training_task_borrows_its_own_programs_from_other_hosts_only_when_asked():
     """Refreshing a library on a new host (`tlm_borrow_own`): the task's programs measured
     elsewhere lead its borrowed ones, before a neighbour of this host within a step."""
@@ -203,12 +204,12 @@ def test_transfers_put_a_source_whose_inner_tiles_survive_before_a_nearer_one_wh
     kept = lib.transfers(space, target, 1, deviation_steps=20.0)
     from tlmir.search.transfer import replay
     by_key = {s.task_key: s for s in lib.by_type["dense"]}
-    dev = {k: replay(space, Trace.from_json(s.trace), s.sketch)[2] for k, s in by_key.items()}
+    dev = {k: replay(space, Trace.from_json(s.trace), s.sketch).deviation for k, s in by_key.items()}
     assert dev[far.key] == 0.0 < dev[prime.key]
     assert plain[0][1].to_json() == replay(space, Trace.from_json(by_key[prime.key].trace),
-                                           by_key[prime.key].sketch)[1].to_json()
+                                           by_key[prime.key].sketch).trace.to_json()
     assert kept[0][1].to_json() == replay(space, Trace.from_json(by_key[far.key].trace),
-                                          by_key[far.key].sketch)[1].to_json()
+                                          by_key[far.key].sketch).trace.to_json()
     assert len(lib.transfers(space, target, 2, deviation_steps=3.0)) == 2
 
 

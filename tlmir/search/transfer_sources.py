@@ -238,15 +238,13 @@ class SourceLibrary:
         kept: the 1x1 conv 704->128 on 14x14 maps then borrows a program of 12x12 maps
         whose tiles survive before one of 17x17 maps whose tiles do not."""
         hw_key = space.hw.key
-        sources, shape = self.nearest(task, hw_key, own), shape_signature(task)
-        nearest_key = self._nearest_key(task, hw_key) if sources else None
-        if not sources:
-            sources = self.by_structure(space, task, hw_key)
-
-        def place(s: Source) -> tuple:
-            """(another category, not the task's own, host step) as `nearest` orders them."""
-            return nearest_key(s)[:3] if nearest_key else (_host_step(shape, s, hw_key),)
-
+        sources = self.nearest(task, hw_key, own)
+        if sources:  # (another category, not the task's own, host step) as `nearest` orders them
+            nearest_key = self._nearest_key(task, hw_key)
+            place = lambda s: nearest_key(s)[:3]  # noqa: E731
+        else:
+            sources, shape = self.by_structure(space, task, hw_key), shape_signature(task)
+            place = lambda s: (_host_step(shape, s, hw_key),)  # noqa: E731
         width = 2 * limit if deviation_steps > 0 else limit
         out, used, traces = [], set(), set(exclude)
         for s in sources:
@@ -259,7 +257,7 @@ class SourceLibrary:
             if got is None:
                 continue
             used.add(source)
-            key = got[1].to_json()
+            key = got.trace.to_json()
             if key not in traces:
                 traces.add(key)
                 *tier, step = place(s)
