@@ -9,7 +9,7 @@ from tlmir.errors import ScheduleError
 from tlmir.runtime.target import HardwareParams
 from tlmir.schedule.decider import RandomDecider, ReplayDecider, Trace, factorizations
 from tlmir.schedule.space import SearchSpace
-from tlmir.search.transfer import nearest_answer, replay, tile_deviation, tile_distance, transfer
+from tlmir.search.transfer import nearest_answer, replay, tile_deviation, tile_distance
 
 from schedutil import assert_program_matches
 
@@ -68,10 +68,10 @@ def test_transferred_programs_compile_and_match_numpy(source, target):
     moved = 0
     for k, sketch in enumerate(src_space.sketches):
         _, trace = src_space.apply(k, RandomDecider(rng))
-        got = transfer(dst_space, trace, str(sketch))
+        got = replay(dst_space, trace, str(sketch))
         if got is None:
             continue
-        sch, new = got
+        sch, new = got.schedule, got.trace
         assert str(dst_space.sketches[new.sketch]) == str(sketch)
         assert_program_matches(sch, target, ins, want, new)
         moved += 1
@@ -82,14 +82,14 @@ def test_a_program_transfers_to_its_own_task_unchanged():
     op = ops.dense(32, 48, 24, bias=True, act="gelu")
     space = SearchSpace(op.outputs, HW2)
     _, trace = space.sample(random.Random(5))
-    _, again = transfer(space, trace, str(space.sketches[trace.sketch]))
+    again = replay(space, trace, str(space.sketches[trace.sketch])).trace
     assert again.to_json() == trace.to_json()
 
 
 def test_no_transfer_without_a_matching_sketch():
     op = ops.dense(32, 48, 24, bias=True, act="gelu")
     space = SearchSpace(op.outputs, HW2)
-    assert transfer(space, Trace(0, []), "X:tile, Y:inline") is None
+    assert replay(space, Trace(0, []), "X:tile, Y:inline") is None
 
 
 def test_a_parallel_batch_loop_moved_to_batch_one_still_runs_in_parallel():
@@ -99,11 +99,12 @@ def test_a_parallel_batch_loop_moved_to_batch_one_still_runs_in_parallel():
     trace = Trace(0, [("tile relu.i3", (7, 2)), ("parallel relu", 1), ("vec relu", 1), ("unroll relu", 512)])
     source.apply(0, ReplayDecider(trace))  # a valid program of the source
     target = ops.add_relu((1, 1024, 14, 14))
-    sch, moved = transfer(SearchSpace(target.outputs, HW2), trace, str(source.sketches[0]))
+    got = replay(SearchSpace(target.outputs, HW2), trace, str(source.sketches[0]))
+    sch, moved = got.schedule, got.trace
     assert moved.answers()["parallel relu"] == 2
     assert moved.answers()["tile relu.i3"] == (7, 2)
     ins = target.random_inputs(0)
     assert_program_matches(sch, target, ins, target.run_reference(*ins), moved)
     # on batch 2 the batch loop is parallel work enough for 2 cores: replayed as it was
-    _, kept = transfer(SearchSpace(ops.add_relu((2, 1024, 14, 14)).outputs, HW2), trace, str(source.sketches[0]))
+    kept = replay(SearchSpace(ops.add_relu((2, 1024, 14, 14)).outputs, HW2), trace, str(source.sketches[0])).trace
     assert kept.answers()["parallel relu"] == 1

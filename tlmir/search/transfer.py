@@ -2,11 +2,12 @@
 
 A trace names its decisions by what they decide ("tile D.i", "at W.pack"), so a trace of
 dense 128x3072x768 asks the same questions as one of dense 384x2048x512; only the valid
-answers differ (the factorizations of other extents). `transfer` replays the
+answers differ (the factorizations of other extents). `replay` replays the
 source's answers where the target's space offers them and otherwise takes the nearest
 valid answer: for a tile, the factorization closest to the source's factors, inner
 levels first (the register and cache tiles are what make a program fast; the outermost
-level absorbs the change of extent). The sketch is matched by its rules, not its id.
+level absorbs the change of extent), and says how far the inner tiles moved. The sketch
+is matched by its rules, not its id.
 
 Used to spread the fastest programs found on some training tasks to every task of
 their kind (bench/transfer_demos.py), so demonstrations hold patterns the language
@@ -193,12 +194,6 @@ class Replayed(NamedTuple):
     trace: Trace
     deviation: float
     moved: tuple[str, ...]
-
-
-def transfer(space: SearchSpace, source: Trace, source_sketch: str) -> tuple[Schedule, Trace] | None:
-    """`replay`'s schedule and trace."""
-    got = replay(space, source, source_sketch)
-    return None if got is None else (got.schedule, got.trace)
 
 
 def replay(space: SearchSpace, source: Trace, source_sketch: str) -> Replayed | None:
