@@ -43,6 +43,9 @@ def main() -> None:
                    help="take the categories (tlmir.evaluate.category) in turns, each smallest first, "
                         "so a run cut short has searched some of every one")
     p.add_argument("--iterate", default="runs/iterate", help="the iterate run whose tasks are searched")
+    p.add_argument("--all-train", action="store_true",
+                   help="search any training task (tlmir.workloads.split_tasks('train')), not only the "
+                        "iterate run's: about 1,500 training tasks were never iterated")
     p.add_argument("--archive-of-iterate", default="data/iterate",
                    help="where the iterate run's task list is read when --iterate has none")
     p.add_argument("--gflop", type=float, nargs=2, default=(0.0, float("inf")), metavar=("MIN", "MAX"),
@@ -65,6 +68,8 @@ def main() -> None:
     if a.novel:
         from tlmir.lm.novel_tasks import novel_tasks
         pool = novel_tasks(a.novel)
+    elif a.all_train:
+        pool = split_tasks("train")
     else:
         keys = set(running_tasks(a.iterate, a.archive_of_iterate))
         pool = [t for t in split_tasks("train") if t.key in keys]
