@@ -18,6 +18,10 @@ its demonstrations improve on what the model already writes rather than on rando
 library on a new host: each task measures the model's programs, its neighbours' and its
 own from other hosts, and `tlmir train sources` keeps the fastest here.
 
+`--all-train` searches any training task of the split, not only the iterate run's: the
+library keeps the fastest program of every training task, and the tasks never iterated
+have only programs borrowed or measured on other hosts.
+
 Tasks run smallest first (with --interleave, the categories take turns), each to --trials measurements; a rerun resumes from the
 database. With --archive the database is exported after every task (kept in the repository).
 """
