@@ -47,16 +47,17 @@ def main() -> None:
                    help="take the categories (tlmir.evaluate.category) in turns, each smallest first, "
                         "so a run cut short has searched some of every one")
     p.add_argument("--iterate", default="runs/iterate", help="the iterate run whose tasks are searched")
-    p.add_argument("--all-train", action="store_true",
-                   help="search any training task (tlmir.workloads.split_tasks('train')), not only the "
-                        "iterate run's: about 1,500 training tasks were never iterated")
     p.add_argument("--archive-of-iterate", default="data/iterate",
                    help="where the iterate run's task list is read when --iterate has none")
     p.add_argument("--gflop", type=float, nargs=2, default=(0.0, float("inf")), metavar=("MIN", "MAX"),
                    help="only tasks of this many GFLOP (a search of microsecond kernels teaches little)")
-    p.add_argument("--novel", type=int, default=0,
-                   help="search this many tasks of no workload (tlmir.lm.novel_tasks, seed 0: those "
-                        "`tlmir iterate --split novel` measures) instead of the iterate run's")
+    which = p.add_mutually_exclusive_group()  # the iterate run's tasks when neither
+    which.add_argument("--all-train", action="store_true",
+                       help="search any training task (tlmir.workloads.split_tasks('train')), not only "
+                            "the iterate run's: about 1,500 training tasks were never iterated")
+    which.add_argument("--novel", type=int, default=0,
+                       help="search this many tasks of no workload (tlmir.lm.novel_tasks, seed 0: those "
+                            "`tlmir iterate --split novel` measures) instead of the iterate run's")
     p.add_argument("--search-param", action="append", default=[], metavar="NAME=VALUE",
                    help="a SearchParams field, as tlmir tune takes it (tlm_borrow_own=true: a library "
                         "refreshed on a new host)")
