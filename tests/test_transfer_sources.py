@@ -211,6 +211,9 @@ def test_transfers_put_a_source_whose_inner_tiles_survive_before_a_nearer_one_wh
     assert kept[0][1].to_json() == replay(space, Trace.from_json(by_key[far.key].trace),
                                           by_key[far.key].sketch).trace.to_json()
     assert len(lib.transfers(space, target, 2, deviation_steps=3.0)) == 2
+    sourced = lib.sourced_rewrites(space, target, 2, deviation_steps=20.0)
+    assert [s.task_key for s, _ in sourced] == [far.key, prime.key]
+    assert [r.deviation for _, r in sourced] == [0.0, dev[prime.key]]
 
 
 def test_transferred_sources_compile_and_match_numpy():

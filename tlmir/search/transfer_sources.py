@@ -224,9 +224,14 @@ class SourceLibrary:
 
     def rewrites(self, space: SearchSpace, task: Task, limit: int, exclude: frozenset = frozenset(),
                  own: bool = False, deviation_steps: float = 0.0) -> list[Replayed]:
-        """Up to `limit` distinct programs for `task`, the nearest sources rewritten for
-        its shape (those of its op family, else those of its structure), none whose trace
-        (JSON) is in `exclude`; of a source task, one program of this host and one of
+        """`sourced_rewrites`' programs."""
+        return [r for _, r in self.sourced_rewrites(space, task, limit, exclude, own, deviation_steps)]
+
+    def sourced_rewrites(self, space: SearchSpace, task: Task, limit: int, exclude: frozenset = frozenset(),
+                         own: bool = False, deviation_steps: float = 0.0) -> list[tuple[Source, Replayed]]:
+        """Up to `limit` distinct programs for `task`, each with its source: the nearest
+        sources rewritten for its shape (those of its op family, else those of its
+        structure), none whose trace (JSON) is in `exclude`; of a source task, one program of this host and one of
         the others (the others' programs of a task are often one; this host's, tuned
         harder for its own shape, can transfer worse than another's); the task's own
         first where `own` (`nearest`).
@@ -261,7 +266,7 @@ class SourceLibrary:
             if key not in traces:
                 traces.add(key)
                 *tier, step = place(s)
-                out.append(((*tier, step + deviation_steps * got.deviation), got))
+                out.append(((*tier, step + deviation_steps * got.deviation), s, got))
         if deviation_steps > 0:
             out.sort(key=lambda o: o[0])  # stable: nearest's order among equals
-        return [program for _, program in out[:limit]]
+        return [(s, program) for _, s, program in out[:limit]]
