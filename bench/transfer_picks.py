@@ -20,7 +20,6 @@ its own programs), as many as a picking rule needs to be fitted and checked on t
 held-out evaluation never sees; `--features` writes every transfer's source, ranks and
 measured time (`bench/pick_rules.py` reads them).
 """
-"""
 from __future__ import annotations
 
 import argparse
