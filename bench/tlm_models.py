@@ -14,10 +14,14 @@ them in --rounds passes, the programs of a task alternating within a pass. A
 run's time for a task is its fastest program's fastest pass. Printed: per task
 GFLOP/s, then per run Σ latency and the Σ / geometric-mean ratio against --ref
 (> 1: the run is faster). A run without a verified program of a task is left out of it.
+A PATH with a glob pattern reads every file it matches as one run: every TLM run archived
+on a host (`union='data/eval-zen5/tlm-*.jsonl.xz':100000 --top 8`) is the best the model
+and its library have ever found there.
 """
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import math
 import os
@@ -39,7 +43,7 @@ def best_programs(path: str, k: int, tasks: list, hw_key: str, top: int) -> dict
     (fewer where the search stopped early: a space with fewer programs than k)."""
     from tlmir.runtime.records import read_records
     by_task: dict[str, list] = {}
-    for r in read_records([path]):
+    for r in read_records(sorted(glob.glob(path)) or [path]):
         if r.hw_key == hw_key:
             by_task.setdefault(r.task_key, []).append(r)
     out = {}
@@ -54,7 +58,8 @@ def best_programs(path: str, k: int, tasks: list, hw_key: str, top: int) -> dict
 def main() -> None:
     passive_openmp()
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("runs", nargs="+", type=parse_run, help="LABEL=PATH:K (records .db / .jsonl.xz)")
+    p.add_argument("runs", nargs="+", type=parse_run, help="LABEL=PATH:K (records .db / .jsonl.xz; a glob pattern "
+                                                                 "reads every file it matches as one run)")
     p.add_argument("--ref", required=True, help="the label the ratios are against")
     p.add_argument("--top", type=int, default=3, help="programs per run and task re-timed")
     p.add_argument("--rounds", type=int, default=3, help="alternating timing passes")
