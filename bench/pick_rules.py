@@ -1,6 +1,7 @@
 """Rules for picking which transfers to measure, scored offline on measured transfers.
 
-    .venv/bin/python bench/pick_rules.py runs/transfer-picks-train.jsonl [--folds 5]
+    .venv/bin/python bench/pick_rules.py data/transfer-picks-zen5/features-train.jsonl.xz \
+        [--test data/transfer-picks-zen5/features-held-out.jsonl.xz] [--folds 5]
 
 Reads the rows `bench/transfer_picks.py --features` writes (every transfer of a task, its
 source, its ranks and its measured time; a task written twice counts once, the last row)
@@ -21,20 +22,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import lzma
 import math
 
 import numpy as np
 
 FAILED = 0.05  # a pick that failed (or ran 20x slower than the best) counts this in the mean
 FEATURES = ("evaluator_z", "library_place", "source_log_gflops", "this_host", "shape_distance",
-            "deviation", "moved", "same_type", "same_category")
+            "deviation", "moved", "same_type", "same_category", "sketch_share")
 
 
 def read_rows(paths: list[str]) -> list[dict]:
     """The last row of every task with at least two transfers measured."""
     rows: dict[str, dict] = {}
     for path in paths:
-        with open(path) as f:
+        with (lzma.open(path, "rt") if path.endswith(".xz") else open(path)) as f:
             for line in f:
                 if line.strip():
                     row = json.loads(line)
@@ -62,6 +64,7 @@ def features(row: dict) -> np.ndarray:
         np.array([float(t["moved"]) for t in ts]),
         np.array([float(t["same_type"]) for t in ts]),
         np.array([float(t["same_category"]) for t in ts]),
+        np.array([sum(u["sketch"] == t["sketch"] for u in ts) / len(ts) for t in ts]),
     ], axis=1)
 
 
@@ -126,37 +129,48 @@ def fit(rows: list[dict], l2: float = 1e-2, steps: int = 50) -> np.ndarray:
     return w
 
 
+def score(rows: list[dict], fitted: list[np.ndarray]) -> dict[str, dict[int, float]]:
+    """Each rule's geometric mean of pick / best of all over `rows`, at k = 1 and 6; `fitted`:
+    the fitted rule's scores of each row."""
+    scores: dict[str, dict[int, list[float]]] = {}
+    for row, fit_scores in zip(rows, fitted):
+        thr = throughput(row)
+        for name, s in {"fitted": fit_scores, **fixed_rules(row)}.items():
+            for k in (1, 6):
+                scores.setdefault(name, {}).setdefault(k, []).append(max(pick_ratio(s, thr, k), FAILED))
+    return {name: {k: math.exp(np.mean(np.log(v))) for k, v in by_k.items()} for name, by_k in scores.items()}
+
+
+def print_scores(title: str, scores: dict[str, dict[int, float]]) -> None:
+    print(title)
+    for name, by_k in scores.items():
+        print(f"  {name:16s} " + "  ".join(f"top-{k} {v:.3f}" for k, v in sorted(by_k.items())))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("features", nargs="+", help="transfer_picks.py --features files")
     p.add_argument("--folds", type=int, default=5)
     p.add_argument("--l2", type=float, default=1e-2)
+    p.add_argument("--test", nargs="+", default=[],
+                   help="features of other tasks (the held-out ones), scored with the rule fitted on "
+                        "every task of the positional files")
     a = p.parse_args()
     rows = read_rows(a.features)
-    rng = np.random.default_rng(0)
-    fold = rng.permutation(len(rows)) % a.folds
-    scores: dict[str, dict[int, list[float]]] = {}
-
-    def add(name: str, s: np.ndarray, row: dict) -> None:
-        for k in (1, 6):
-            ratio = max(pick_ratio(s, throughput(row), k), FAILED)
-            scores.setdefault(name, {}).setdefault(k, []).append(ratio)
-
+    fold = np.random.default_rng(0).permutation(len(rows)) % a.folds
+    fitted: list = [None] * len(rows)
     for i in range(a.folds):
         w = fit([r for r, f in zip(rows, fold) if f != i], a.l2)
-        for row, f in zip(rows, fold):
+        for j, (row, f) in enumerate(zip(rows, fold)):
             if f == i:
-                add("fitted", features(row) @ w, row)
-    for row in rows:
-        for name, s in fixed_rules(row).items():
-            add(name, s, row)
-    print(f"{len(rows)} tasks, {sum(len(r['transfers']) for r in rows)} transfers; pick / best of all "
-          "(geometric mean over tasks):")
-    for name, by_k in scores.items():
-        print(f"  {name:16s} " + "  ".join(f"top-{k} {math.exp(np.mean(np.log(v))):.3f}"
-                                          for k, v in sorted(by_k.items())))
+                fitted[j] = features(row) @ w
+    print_scores(f"{len(rows)} tasks, {sum(len(r['transfers']) for r in rows)} transfers, the fitted rule "
+                 f"by {a.folds} folds; pick / best of all (geometric mean over tasks):", score(rows, fitted))
     w = fit(rows, a.l2)
     print("fitted on every task: " + "  ".join(f"{n} {v:+.3f}" for n, v in zip(FEATURES, w)))
+    if a.test:
+        test = read_rows(a.test)
+        print_scores(f"{len(test)} other tasks:", score(test, [features(r) @ w for r in test]))
 
 
 if __name__ == "__main__":
