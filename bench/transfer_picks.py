@@ -47,7 +47,8 @@ def main() -> None:
     p.add_argument("--gflop", type=float, nargs=2, default=(0.0, float("inf")), metavar=("MIN", "MAX"),
                    help="train: only tasks of this many GFLOP")
     p.add_argument("--limit", type=int, default=None,
-                   help="train: at most this many tasks, the categories taking turns, each in a seeded random order")
+                   help="train: at most this many tasks, the categories taking turns, each in a "
+                        "seeded random order")
     p.add_argument("--features", help="append each task's transfers (source, ranks, measured seconds) "
                                       "to this .jsonl, for picking rules fitted offline (a task "
                                       "written twice: bench/pick_rules.py reads the last)")
