@@ -88,8 +88,7 @@ def main() -> None:
         queues: dict[str, list] = {}
         for t in tasks:
             queues.setdefault(category(t), []).append(t)
-        tasks = [q[i] for i in range(max(map(len, queues.values()), default=0)) for q in queues.values()
-                 if i < len(q)]
+        tasks = take_turns(list(queues.values()))
     print(f"{len(tasks)} tasks match {a.match!r}", flush=True)
     with RecordDB(a.db) as db:
         for i, task in enumerate(tasks):
@@ -98,6 +97,12 @@ def main() -> None:
                   f"{task.flops / res.best_seconds / 1e9:.1f} GFLOP/s", flush=True)
             if a.archive:
                 export_jsonl(db, a.archive)
+
+
+def take_turns(queues: list[list]) -> list:
+    """The queues' first items in queue order, then their second items, ...: a run cut short
+    has taken some of every queue."""
+    return [q[i] for i in range(max(map(len, queues), default=0)) for q in queues if i < len(q)]
 
 
 if __name__ == "__main__":

@@ -26,6 +26,9 @@ import lzma
 import math
 
 import numpy as np
+from pool_rankers import pick_ratio  # noqa: E402  (bench/ is this script's directory)
+
+from tlmir.lm.tlm_search import _ranks
 
 FAILED = 0.05  # a pick that failed (or ran 20x slower than the best) counts this in the mean
 FEATURES = ("evaluator_z", "library_place", "source_log_gflops", "this_host", "shape_distance",
@@ -74,25 +77,18 @@ def throughput(row: dict) -> np.ndarray:
 
 def ranks(x: np.ndarray) -> np.ndarray:
     """0 for the highest value ... n - 1 for the lowest (ties in order)."""
-    out = np.empty(len(x))
-    out[np.argsort(-x, kind="stable")] = np.arange(len(x))
-    return out
-
-
-def pick_ratio(scores: np.ndarray, thr: np.ndarray, k: int) -> float:
-    order = np.argsort(-scores, kind="stable")
-    return float(thr[order[:k]].max() / thr.max())
+    return _ranks(-x)
 
 
 def fixed_rules(row: dict) -> dict[str, np.ndarray]:
     f, n = features(row), len(row["transfers"])
     library = -np.arange(n, dtype=float)
     source = f[:, 2] + 10.0 * f[:, 3]  # this host's first, then by throughput
-    tie = np.arange(n) * 1e-3  # the library's order among equal sums
+    # equal sums keep the library's order: pick_ratio sorts stably
     return {"nearest": library, "evaluator": f[:, 0],
-            "rank-sum": -(ranks(f[:, 0]) + ranks(library) + tie),
+            "rank-sum": -(ranks(f[:, 0]) + ranks(library)),
             "source": source,
-            "rank-sum+source": -(ranks(f[:, 0]) + ranks(library) + ranks(source) + tie)}
+            "rank-sum+source": -(ranks(f[:, 0]) + ranks(library) + ranks(source))}
 
 
 def pairs(rows: list[dict], margin: float = 0.05) -> tuple[np.ndarray, np.ndarray]:

@@ -30,7 +30,8 @@ import re
 import time
 
 import numpy as np
-from pool_rankers import pick_ratio  # noqa: E402  (bench/ is this script's directory)
+from evolve_tasks import take_turns  # noqa: E402  (bench/ is this script's directory)
+from pool_rankers import pick_ratio  # noqa: E402
 
 
 def main() -> None:
@@ -105,9 +106,7 @@ def training_tasks(a) -> list:
             queues.setdefault(category(t), []).append(t)
     for q in queues.values():
         random.Random(0).shuffle(q)
-    tasks = [q[i] for i in range(max(map(len, queues.values()), default=0)) for _, q in sorted(queues.items())
-             if i < len(q)]
-    return tasks[: a.limit]
+    return take_turns([q for _, q in sorted(queues.items())])[: a.limit]
 
 
 class Measured:
@@ -157,7 +156,7 @@ def measure_transfers(task, library, measured: Measured, limit: int, features) -
         return None
     throughput = np.array([1.0 / t if math.isfinite(t) else 0.0 for t in seconds])
     evaluator, nearest = ranker.score(cands), -np.arange(len(cands), dtype=float)
-    rank_sum = -(_ranks(-evaluator) + _ranks(-nearest) + np.arange(len(cands)) * 1e-3)  # tlm's tie order
+    rank_sum = -(_ranks(-evaluator) + _ranks(-nearest))  # pick_ratio's stable sort: tlm's tie order
     row = {f"{name}-{k}": pick_ratio(scores, throughput, k) for k in (1, 6)
            for name, scores in (("evaluator", evaluator), ("nearest", nearest), ("rank-sum", rank_sum))}
     if len(cands) > sp.tlm_transfers:
@@ -177,7 +176,6 @@ def measure_transfers(task, library, measured: Measured, limit: int, features) -
     row.update(_n=len(cands), _best=best, _gflops=task.flops * throughput[best] / 1e9,
                _best_evaluator=list(np.argsort(-evaluator, kind="stable")).index(best))
     return row
-
 
 
 if __name__ == "__main__":

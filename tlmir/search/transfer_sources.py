@@ -231,10 +231,10 @@ class SourceLibrary:
                          own: bool = False, deviation_steps: float = 0.0) -> list[tuple[Source, Replayed]]:
         """Up to `limit` distinct programs for `task`, each with its source: the nearest
         sources rewritten for its shape (those of its op family, else those of its
-        structure), none whose trace (JSON) is in `exclude`; of a source task, one program of this host and one of
-        the others (the others' programs of a task are often one; this host's, tuned
-        harder for its own shape, can transfer worse than another's); the task's own
-        first where `own` (`nearest`).
+        structure), none whose trace (JSON) is in `exclude`; of a source task, one program
+        of this host and one of the others (the others' programs of a task are often one;
+        this host's, tuned harder for its own shape, can transfer worse than another's);
+        the task's own first where `own` (`nearest`).
 
         With `deviation_steps` > 0 the programs of twice as many sources are ordered again,
         each source's shape step (`nearest`'s, within its category and own-first order)
