@@ -27,14 +27,16 @@ def _reads(op: ComputeOp) -> list[TensorRead]:
     return [n for n in walk(op.body) if isinstance(n, TensorRead)]
 
 
-def pack_layouts(op) -> list[tuple[str, tuple[int, ...]]]:
+def pack_layouts(op, vector_axis: int = -1) -> list[tuple[str, tuple[int, ...]]]:
     """(input name, layout) for each input of `op` worth packing, in first-read order:
-    inputs indexed by `op`'s innermost spatial axis and by a reduction axis; the layout
-    moves the dimension of that spatial axis last (the identity if it is last already).
-    Only inputs (placeholders) read with bare variables in every read qualify."""
+    inputs indexed by the spatial axis `op.axis[vector_axis]` (the innermost, which gets
+    vectorized, unless a transposed accumulator puts another last) and by a reduction
+    axis; the layout moves the dimension of that spatial axis last (the identity if it is
+    last already). Only inputs (placeholders) read with bare variables in every read
+    qualify."""
     if not isinstance(op, ComputeOp) or not op.reduce_axis or not op.axis:
         return []
-    vec = id(op.axis[-1].var)
+    vec = id(op.axis[vector_axis].var)
     reduce_vars = {id(a.var) for a in op.reduce_axis}
     by_tensor: dict[str, list[TensorRead]] = {}
     tensors = {}
@@ -51,6 +53,37 @@ def pack_layouts(op) -> list[tuple[str, tuple[int, ...]]]:
     return out
 
 
+def transposed_vector_axis(op, lanes: int) -> int | None:
+    """The spatial axis to vectorize instead of the innermost one, or None.
+
+    An NCHW conv vectorizes its output width: 7 lanes of 16 on ResNet's last stage, and
+    a gather of every input vector when it strides by 2. Its output channels `k` fill
+    whole vectors when the weight is packed with `k` last and the input is broadcast, as
+    oneDNN's blocked layouts do. Offered when the innermost axis is shorter than two
+    vectors and another axis (the innermost such) has a multiple of `lanes` elements and
+    indexes no input except ones `pack_layouts` can pack for it (at least one)."""
+    if not isinstance(op, ComputeOp) or not op.reduce_axis or len(op.axis) < 2:
+        return None
+    if op.axis[-1].extent >= 2 * lanes:
+        return None
+    reduce_vars = {id(a.var) for a in op.reduce_axis}
+    for d in range(len(op.axis) - 2, -1, -1):
+        if op.axis[d].extent % lanes:
+            continue
+        v = id(op.axis[d].var)
+        readers = [r for r in _reads(op)
+                   if v in {id(x) for i in r.indices for x in walk(i) if isinstance(x, Var)}]
+        if readers and all(isinstance(r.tensor.op, PlaceholderOp)
+                           and _layout(r.indices, v, reduce_vars) is not None for r in readers):
+            return d
+    return None
+
+
+def axis_last(ndim: int, d: int) -> tuple[int, ...]:
+    """The layout (a permutation) that moves dimension `d` last."""
+    return tuple(p for p in range(ndim) if p != d) + (d,)
+
+
 def _layout(indices, vec: int, reduce_vars: set) -> tuple[int, ...] | None:
     """Var identities (`==` on expressions builds an expression)."""
     if not all(isinstance(i, Var) for i in indices):
@@ -58,8 +91,7 @@ def _layout(indices, vec: int, reduce_vars: set) -> tuple[int, ...] | None:
     ids = [id(i) for i in indices]
     if vec not in ids or not reduce_vars.intersection(ids):
         return None
-    d = ids.index(vec)
-    return tuple(p for p in range(len(indices)) if p != d) + (d,)
+    return axis_last(len(indices), ids.index(vec))
 
 
 def pack_repeats(pack, chain: list[tuple]) -> dict[int, int]:

@@ -333,8 +333,13 @@ class Schedule:
         self.history.append(Step("cache_read", src.name, args))
         return cache
 
-    def cache_write(self, tensor: Tensor | str, scope: str) -> Tensor:
-        """Compute `tensor` into a `scope` buffer first; the stage becomes a copy out of it."""
+    def cache_write(self, tensor: Tensor | str, scope: str,
+                    layout: Sequence[int] | None = None) -> Tensor:
+        """Compute `tensor` into a `scope` buffer first; the stage becomes a copy out of it.
+        `layout` permutes the buffer's dimensions as in cache_read (its dimension d is the
+        tensor's dimension layout[d]): the buffer's axes come in that order, so tiling and
+        vectorizing it follow it. (0, 2, 3, 1) accumulates an NCHW conv with its output
+        channels last, the layout whose vectors a packed weight feeds."""
         st = self[tensor]
         st._check_compute("cache_write")
         _check_scope(scope, "cache_write", st.name)
@@ -343,9 +348,18 @@ class Schedule:
             raise ScheduleError(f"cache_write of {st.name!r}: its reduction axes were already split "
                                 f"or fused; call cache_write before transforming them")
         old = st.op
-        axes = [IterVar(f"{a.name}.c", a.extent) for a in old.axis]
+        ndim = len(old.axis)
+        perm = list(range(ndim)) if layout is None else [int(d) for d in layout]
+        if sorted(perm) != list(range(ndim)):
+            raise ScheduleError(f"cache_write of {st.name!r}: layout {list(layout)!r} is not a "
+                                f"permutation of the {ndim} dimensions")
+        axes = [IterVar(f"{old.axis[p].name}.c", old.axis[p].extent) for p in perm]
+        where = [0] * ndim  # tensor dimension -> buffer dimension
+        for d, p in enumerate(perm):
+            where[p] = d
         raxes = [IterVar(a.name, a.extent, "reduce") for a in old.reduce_axis]
-        vmap = {a.var: b.var for a, b in zip(old.axis + old.reduce_axis, axes + raxes)}
+        vmap = {old.axis[p].var: axes[where[p]].var for p in range(ndim)}
+        vmap.update({a.var: b.var for a, b in zip(old.reduce_axis, raxes)})
         rmap = dict(zip(map(id, old.reduce_axis), raxes))
 
         def rebind(n):
@@ -355,10 +369,14 @@ class Schedule:
 
         cache_op = ComputeOp(f"{st.name}.{scope}", axes, transform(old.body, rebind))
         cache = cache_op.output()
-        self._replace_op(st, ComputeOp(old.name, old.axis, TensorRead(cache, [a.var for a in old.axis])))
+        self._replace_op(st, ComputeOp(old.name, old.axis,
+                                       TensorRead(cache, [old.axis[p].var for p in perm])))
         st.leaf_iter_vars = [v for v in st.leaf_iter_vars if v.kind != "reduce"]
         self._add(Stage(cache_op, self, scope), before=st)
-        self.history.append(Step("cache_write", st.name, {"scope": scope}))
+        args: dict = {"scope": scope}
+        if layout is not None:
+            args["layout"] = perm
+        self.history.append(Step("cache_write", st.name, args))
         return cache
 
     def rfactor(self, tensor: Tensor | str, iv: IterVar | str) -> Tensor:

@@ -41,7 +41,8 @@ class Step:
             lay = f", layout={a['layout']!r}" if "layout" in a else ""
             return f"s.cache_read({self.stage!r}, {a['scope']!r}, {a['readers']!r}{lay})"
         if self.prim == "cache_write":
-            return f"s.cache_write({self.stage!r}, {a['scope']!r})"
+            lay = f", layout={a['layout']!r}" if "layout" in a else ""
+            return f"s.cache_write({self.stage!r}, {a['scope']!r}{lay})"
         if self.prim == "rfactor":
             return f"s.rfactor({self.stage!r}, {a['axis']!r})"
         return f"{self.prim}({self.stage!r}, {a})"
@@ -88,7 +89,7 @@ def apply_step(sch, step: Step) -> None:
         sch.cache_read(st.op.output(), a["scope"], [sch.stage(r).op.output() for r in a["readers"]],
                        layout=a.get("layout"))
     elif p == "cache_write":
-        sch.cache_write(st.op.output(), a["scope"])
+        sch.cache_write(st.op.output(), a["scope"], layout=a.get("layout"))
     elif p == "rfactor":
         sch.rfactor(st.op.output(), st.find(a["axis"]))
     else:

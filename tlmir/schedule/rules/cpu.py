@@ -10,8 +10,14 @@ A sketch is plain data — one rule per stage, chosen output-first:
                   the copy-out stage
   rfactor V       reduction loops fused, split in two, rfactor on the outer (V=0) or
                   inner (V=1) part
+  cache_write_transposed L
+                  cache_write(local) in a layout with another spatial axis last
+                  (packing.transposed_vector_axis: an NCHW conv's output channels), its
+                  inputs packed for it; tiled and fused at level L into the copy-out, or
+                  into the element-wise consumer with the copy-out inlined
 Rule `pack` (an input read through a transposed copy or a panel, schedule.packing) is
-appended to the sketches it applies to, after every plain sketch. `build_schedule`
+appended to the sketches it applies to, after every plain sketch; the transposed
+sketches come last. `build_schedule`
 applies a sketch and asks the Decider every question (tile sizes, then compute
 locations, parallel, vectorize and unroll per stage, consumers first).
 """
@@ -20,7 +26,7 @@ from __future__ import annotations
 from ...ir.dag import ComputeDAG
 from ...runtime.target import HardwareParams, SearchParams
 from ..decider import Decider
-from ..packing import pack_layouts, pack_repeats
+from ..packing import axis_last, pack_layouts, pack_repeats, transposed_vector_axis
 from ..schedule import Schedule, Stage, create_schedule
 from .base import Sketch, elementwise_consumer
 
@@ -54,7 +60,8 @@ def generate_sketches(outputs, hw: HardwareParams, sp: SearchParams) -> list[Ske
             for rule, arg in _stage_rules(dag, facts, inlined, done, hw, sp):
                 grown.append(rules + ((facts.name, rule, arg),))
         partial = grown
-    return [Sketch(r) for r in partial] + [Sketch(r) for r in _pack_variants(dag, partial)]
+    return ([Sketch(r) for r in partial] + [Sketch(r) for r in _pack_variants(dag, partial)]
+            + [Sketch(r) for r in _transposed_variants(dag, partial, hw)])
 
 
 _TILED = ("tile", "tile_fuse", "cache_write")
@@ -71,6 +78,23 @@ def _pack_variants(dag: ComputeDAG, sketches: list[tuple]) -> list[tuple]:
                       for name, _ in pack_layouts(dag[s].op))
         if packs:
             out.append(rules + packs)
+    return out
+
+
+def _transposed_variants(dag: ComputeDAG, sketches: list[tuple], hw: HardwareParams) -> list[tuple]:
+    """Each sketch that tiles a stage with a transposed vector axis, again with that stage
+    accumulated transposed at level 1 and 2 (rule cache_write_transposed) and the inputs
+    feeding its vectors packed. Appended after the pack variants, so that every earlier
+    sketch keeps its id."""
+    out = []
+    for rules in sketches:
+        for k, (s, r, _) in enumerate(rules):
+            d = transposed_vector_axis(dag[s].op, hw.vector_lanes) if r == "tile" else None
+            if d is None:
+                continue
+            packs = tuple((name, "pack", s) for name, _ in pack_layouts(dag[s].op, d))
+            out += [rules[:k] + ((s, "cache_write_transposed", level),) + rules[k + 1:] + packs
+                    for level in (1, 2)]
     return out
 
 
@@ -104,6 +128,8 @@ class _Builder:
 
     def run(self) -> Schedule:
         fused_into = {self._consumer_of(s): s for s, r, _ in self.sketch.rules if r == "tile_fuse"}
+        fused_into.update({c: s for s, r, _ in self.sketch.rules if r == "cache_write_transposed"
+                           and (c := self._fusable_consumer(s)) is not None})
         for name, rule, arg in self.sketch.rules:
             st = self.s.stage(name)
             if rule == "inline":
@@ -117,6 +143,8 @@ class _Builder:
             elif rule == "cache_write":
                 local = self.s[self.s.cache_write(st.op.output(), "local")]
                 self._tile_fuse(local, st, arg)
+            elif rule == "cache_write_transposed":
+                self._cache_write_transposed(st, arg)
             elif rule == "rfactor":
                 self._rfactor(st, arg)
             elif rule == "pack":
@@ -128,6 +156,17 @@ class _Builder:
 
     def _consumer_of(self, name: str) -> str:
         return elementwise_consumer(self.dag, name, self.inlined)
+
+    def _fusable_consumer(self, name: str) -> str | None:
+        """The element-wise consumer a tiled stage can be fused into (its rule is skip)."""
+        c = self._consumer_of(name)
+        return c if c is not None and self.sketch.rule_of(c)[0] == "skip" else None
+
+    def _vector_axis(self, name: str) -> int:
+        """The axis of stage `name` (of the DAG) whose vectors its tiles compute."""
+        if self.sketch.rule_of(name)[0] != "cache_write_transposed":
+            return -1
+        return transposed_vector_axis(self.dag[name].op, self.hw.vector_lanes)
 
     # --- structure
     def _split(self, st: Stage, iv, factors) -> list:
@@ -164,8 +203,11 @@ class _Builder:
         self.tiled.add(st.name)
         return factors
 
-    def _tile_fuse(self, st: Stage, consumer: Stage, level: int) -> None:
+    def _tile_fuse(self, st: Stage, consumer: Stage, level: int, layout: tuple | None = None) -> None:
+        """`layout`: st's axes are the consumer's in this order (a transposed cache)."""
         factors = self._tile(st)
+        if layout is not None:
+            factors = [factors[layout.index(p)] for p in range(len(layout))]
         parts = []
         for a, f in zip(consumer.op.axis, factors):
             follow = (f[0], f[1] * f[2] * f[3]) if level == 1 else (f[0], f[1], f[2] * f[3])
@@ -174,6 +216,14 @@ class _Builder:
         consumer.reorder(*order)
         st.compute_at(consumer, parts[-1][level - 1])
         self.followers.add(consumer.name)
+
+    def _cache_write_transposed(self, st: Stage, level: int) -> None:
+        layout = axis_last(len(st.op.axis), self._vector_axis(st.name))
+        local = self.s[self.s.cache_write(st.op.output(), "local", layout=layout)]
+        consumer = self._fusable_consumer(st.name)
+        if consumer is not None:
+            st.compute_inline()
+        self._tile_fuse(local, self.s.stage(consumer) if consumer else st, level, layout)
 
     def _rfactor(self, st: Stage, variant: int) -> None:
         red = list(st.op.reduce_axis)
@@ -190,8 +240,8 @@ class _Builder:
         the stage that computes the tiles (`reader`, or its `.local` copy) reads it. Where it
         is computed (`at src.pack`) sets the panel: once per outer tile of that dimension
         up to once per inner tile."""
-        layout = dict(pack_layouts(self.dag[reader].op))[src.name]
-        if self.sketch.rule_of(reader)[0] == "cache_write":
+        layout = dict(pack_layouts(self.dag[reader].op, self._vector_axis(reader)))[src.name]
+        if self.sketch.rule_of(reader)[0] in ("cache_write", "cache_write_transposed"):
             reader = f"{reader}.local"
         cache = self.s.cache_read(src.op.output(), "global", [self.s.stage(reader).op.output()],
                                   layout=layout)
