@@ -1,6 +1,7 @@
 """`tlmir sample | tokenizer build | train pretrain | generate`: the language-model workflow."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -31,6 +32,49 @@ def cmd_tokenizer_build(args) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     tok.save(args.out)
     print(f"tokenizer with {tok.vocab_size} words -> {args.out}")
+
+
+def cmd_tokenizer_grow(args) -> None:
+    from ..runtime.target import parse_target
+    from .tokenizer import Tokenizer, build_splits_tokenizer
+    words = (Tokenizer.load(args.words) if args.words
+             else build_splits_tokenizer(hw=parse_target(args.target), workers=args.workers))
+    for d in args.models:
+        grown = grow_vocabulary(d, words)
+        print(f"{d}: {len(grown)} words appended" + (f" ({', '.join(grown[:6])}, ...)" if grown else ""))
+
+
+def grow_vocabulary(directory: str, words) -> list[str]:
+    """Append the words of `words` (a Tokenizer: today's language) that the model in
+    `directory` lacks to its vocabulary, each with a new embedding row at the mean of the
+    others (`GPT.grow_vocab`, or `WorldModel.grow_vocab` for an evaluator); the ids of its
+    words do not move, so it reads and writes everything it did. A new sketch rule brings
+    new `at` options (the loops a packed copy can sit at); the shipped models learn their
+    words from the demonstrations that use them. Returns the words appended."""
+    from .checkpoint import extra_of, load_checkpoint, save_checkpoint
+    from .tokenizer import Tokenizer, _order
+    tok_path = os.path.join(directory, TOKENIZER_FILE)
+    tok = Tokenizer.load(tok_path)
+    new = sorted(tok.covers(words.word(i) for i in range(words.vocab_size)), key=_order)
+    if not new:
+        return []
+    grown = tok.extended(new)
+    from ..search.world_train import CONFIG, FORMAT, Evaluator
+    try:
+        with open(os.path.join(directory, CONFIG)) as f:
+            meta = json.load(f)
+    except (OSError, ValueError):
+        meta = None
+    if isinstance(meta, dict) and meta.get("format") == FORMAT:  # an evaluator
+        ev = Evaluator.load(directory)
+        own = {"format", "version", "weights_sha256", *dataclasses.asdict(ev.model.config)}
+        Evaluator(ev.model.grow_vocab(grown.vocab_size), grown).save(
+            directory, {k: v for k, v in meta.items() if k not in own})
+        return new
+    model, meta = load_checkpoint(directory, expect_vocab_size=tok.vocab_size)
+    save_checkpoint(model.grow_vocab(grown.vocab_size), directory, extra_of(meta))
+    grown.save(tok_path)
+    return new
 
 
 def _split_by_task(packed, where, val_fraction: float, val_max: int):
@@ -261,6 +305,14 @@ def add_parsers(sub) -> None:
                     help="cpu (the shipped models' language) or cuda:sm_XX: the GPU spaces' language, "
                          "a vocabulary of its own")
     tb.set_defaults(fn=cmd_tokenizer_build)
+    tg = tks.add_parser("grow", help="append the words of today's space a model's vocabulary lacks "
+                                     "(new embedding rows; every old word keeps its id)")
+    tg.add_argument("models", nargs="+", help="model directories (a TLM or an evaluator)")
+    tg.add_argument("--words", help="a tokenizer.json of today's language (from `tokenizer build`); "
+                                    "default: walk the spaces now")
+    tg.add_argument("--workers", type=nonneg_int, default=0, help="processes (default: all cores)")
+    tg.add_argument("--target", default="cpu", help="as for build")
+    tg.set_defaults(fn=cmd_tokenizer_grow)
     tr = sub.add_parser("train", help="train the tensor language model")
     trs = tr.add_subparsers(dest="what", required=True)
     pt = trs.add_parser("pretrain", help="next-token pre-training on a sampled corpus; resumable")

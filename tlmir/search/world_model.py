@@ -24,6 +24,7 @@ a token); the evaluator keeps its own copy of the tokenizer beside its weights.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -32,6 +33,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..errors import ModelError
 from ..lm.language import EOS, QUESTION_KEYWORDS
 
 N_NUMERIC = 3  # per word: is a number, log2(1 + |n|) / 16, n < 0
@@ -107,6 +109,20 @@ class WorldModel(nn.Module):
             self.register_buffer("feature_mean", torch.zeros(cfg.n_features))
             self.register_buffer("feature_std", torch.ones(cfg.n_features))
         self.head = _mlp((4 if cfg.n_features else 3) * d, d, 2)  # ranking score, throughput logit
+
+    def grow_vocab(self, vocab_size: int) -> "WorldModel":
+        """A copy of this model for a vocabulary extended at its end (`Tokenizer.extended`):
+        the new words' embedding rows start at the mean of the old ones."""
+        if vocab_size < self.config.vocab_size:
+            raise ModelError(f"grow_vocab: {vocab_size} words is fewer than the evaluator's "
+                             f"{self.config.vocab_size}")
+        grown = WorldModel(dataclasses.replace(self.config, vocab_size=vocab_size))
+        state = {k: v.clone() for k, v in self.state_dict().items()}
+        for key in ("prompt_words.emb.weight", "action_words.emb.weight"):
+            old = state[key]
+            state[key] = torch.cat([old, old[1:].mean(0, keepdim=True).expand(vocab_size - len(old), -1)])
+        grown.load_state_dict(state)
+        return grown.train(self.training)
 
     def forward(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """(ranking scores [B], predicted normalised throughput [B]) of an encoded batch
