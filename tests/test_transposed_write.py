@@ -95,3 +95,20 @@ def test_random_transposed_traces_compile_match_and_round_trip(op):
         assert {"conv.local", "W.pack"} <= names or {"D.local", "X.pack"} <= names
         assert_program_matches(sch, op, ins, want, trace)
         assert_replays_identically(space, trace, tlmir.lower(sch, op.args), op.args)
+
+
+def test_a_transposed_program_transfers_between_a_conv_and_a_conv_with_an_epilogue():
+    """The NCHW conv's copy-out loops and the ReLU's read as the same epilogue: a program
+    of one replays on the other in the same sketch, with the same tiles."""
+    from tlmir.search.transfer import replay
+    src_op = ops.conv2d_nchw(1, 8, 7, 7, 32, 1, 1)
+    dst_op = ops.conv2d_bias_relu(1, 8, 7, 7, 32, 1, 1)
+    src, dst = SearchSpace(src_op.outputs, HW2), SearchSpace(dst_op.outputs, HW2)
+    rng = random.Random(2)
+    for sid in [i for i, s in enumerate(src.sketches) if "transposed" in str(s)]:
+        _, trace = src.apply(sid, RandomDecider(rng))
+        got = replay(dst, trace, str(src.sketches[sid]))
+        assert got is not None and "transposed" in str(dst.sketches[got.trace.sketch])
+        assert got.deviation == 0
+        tiles = lambda t: [a for q, a in t.decisions if q.startswith("tile ")]  # noqa: E731
+        assert tiles(got.trace) == tiles(trace)

@@ -167,6 +167,13 @@ def _cache_write_names(stage: str) -> Names:
     return names
 
 
+def _copy_out_names(stage: str) -> Names:
+    """A transposed cache-write sketch of an output stage: its loops write `stage.local`
+    back as an element-wise epilogue's would read it; the local stage keeps its name."""
+    local, written_back = stage + ".local", _epilogue_names(stage)
+    return lambda name: name if name == local or name.startswith(local + ".") else written_back(name)
+
+
 def epilogue_form(rules: str) -> tuple[str, Names | None]:
     """(the sketch's rules with its element-wise epilogue made anonymous, how its names
     read in that form; None where they read as they are). A sketch whose first (output)
@@ -175,9 +182,15 @@ def epilogue_form(rules: str) -> tuple[str, Names | None]:
     schedule, and stages inlined into it ask nothing. So `bias:skip, D:tile_fuse1` (dense
     + bias) and `gelu:skip, bias:inline, D:tile_fuse1` (dense + bias + GELU) both read
     `@out:skip, D:tile_fuse1`, and so does a plain dense's `D:cache_write1`, whose
-    result is written back from a local buffer at the same loop level."""
+    result is written back from a local buffer at the same loop level. A transposed
+    cache-write keeps its rule: `conv:cache_write_transposed1` (an NCHW conv) reads
+    `@out:skip, conv:cache_write_transposed1` like the conv + bias + ReLU whose copy-out
+    is inlined into the ReLU."""
     stages = [part.split(":", 1) for part in rules.split(", ")]
     first, rule = stages[0]
+    if rule.startswith("cache_write_transposed"):  # the output's own copy-out is the epilogue
+        rest = [f"{s}:{r}" for s, r in stages[1:] if r != "inline"]
+        return ", ".join(["@out:skip", f"{first}:{rule}"] + rest), _copy_out_names(first)
     if rule.startswith("cache_write"):
         rest = [f"{s}:{r}" for s, r in stages[1:] if r != "inline"]
         return ", ".join(["@out:skip", f"{first}:tile_fuse{rule[len('cache_write'):]}"] + rest), \
