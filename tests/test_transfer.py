@@ -56,7 +56,7 @@ def test_nearest_answer_of_each_kind():
 
 @pytest.mark.parametrize("source, target", [
     (ops.dense(32, 48, 24, bias=True, act="gelu"), ops.dense(20, 64, 40, bias=True, act="gelu")),
-    (ops.conv2d_bias_relu(1, 8, 10, 10, 16, 3, 3, padding=1), ops.conv2d_bias_relu(1, 4, 12, 12, 8, 3, 3, padding=1)),
+    (ops.conv2d_bias_relu(1, 8, 10, 10, 16, 3, 3, padding=1), ops.conv2d_bias_relu(1, 4, 12, 12, 32, 3, 3, padding=1)),
 ])
 def test_transferred_programs_compile_and_match_numpy(source, target):
     """Every sketch's random programs of one shape, rewritten for another, compute what

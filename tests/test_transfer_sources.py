@@ -279,7 +279,7 @@ def _dense_tanh_gelu(M: int, N: int, K: int):
 
 @pytest.mark.parametrize("target_op, source_ops", [
     (_dense_tanh_gelu(24, 40, 32), [ops.dense(16 * i, 40, 32, bias=True, act="gelu") for i in (1, 2)]),
-    (ops.matmul(20, 24, 16), [ops.batch_matmul(2 * i, 16, 24, 16) for i in (1, 2)]),
+    (ops.matmul(20, 40, 16), [ops.batch_matmul(2 * i, 16, 40, 16) for i in (1, 2)]),
 ])
 def test_an_op_no_source_is_named_for_borrows_by_structure(target_op, source_ops):
     """A task whose op family has no source (named freely, as a user names an op of their

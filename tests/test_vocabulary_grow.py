@@ -17,7 +17,7 @@ from tlmir.search.world_train import Evaluator, train_evaluator
 from test_world_model import _toy_programs
 
 TOK = Tokenizer.load(os.path.join(BASE_MODEL, TOKENIZER_FILE))
-NEW = ["relu.n.outer.k.outer.fused.p.outer.fused", "conv.k.outer.outer", "2000000"]
+NEW = ["zz.n.outer.k.outer.fused", "zz.k.outer.outer", "2000000", "quality"]
 
 
 def test_a_model_grows_by_the_words_it_lacks_and_keeps_its_old_ones(tmp_path):
@@ -27,9 +27,10 @@ def test_a_model_grows_by_the_words_it_lacks_and_keeps_its_old_ones(tmp_path):
     save_checkpoint(model, d, extra={"note": "kept"})
     TOK.save(os.path.join(d, TOKENIZER_FILE))
     words = TOK.extended(NEW)
-    assert grow_vocabulary(d, words) == ["2000000", "conv.k.outer.outer", "relu.n.outer.k.outer.fused.p.outer.fused"]
+    # in number-then-name order; the quality prompt's word is left to SFT
+    assert grow_vocabulary(d, words) == ["2000000", "zz.k.outer.outer", "zz.n.outer.k.outer.fused"]
     tok = Tokenizer.load(os.path.join(d, TOKENIZER_FILE))
-    assert tok.vocab_size == TOK.vocab_size + 3 and not tok.covers(NEW)
+    assert tok.vocab_size == TOK.vocab_size + 3 and tok.covers(NEW) == ["quality"]
     assert all(tok.id(TOK.word(i)) == i for i in range(TOK.vocab_size))
     grown, meta = load_checkpoint(d, expect_vocab_size=tok.vocab_size)
     assert meta["note"] == "kept"

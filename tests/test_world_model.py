@@ -54,7 +54,7 @@ def test_sentence_splits_into_prompt_and_one_action_per_decision():
 
 def test_ranking_loss_falls_and_the_known_order_is_learned():
     progs = _toy_programs()
-    untrained = train_evaluator(progs, TOK, WorldModelConfig(TOK.vocab_size, d_model=32), steps=1)
+    untrained = train_evaluator(progs, TOK, WorldModelConfig(TOK.vocab_size, d_model=32), steps=1, lr=1e-9)
     before = ranking_metrics(progs, untrained.score([p.sentence for p in progs]))
     logs = []
     ev = train_evaluator(progs, TOK, WorldModelConfig(TOK.vocab_size, d_model=32), steps=150,
@@ -62,7 +62,7 @@ def test_ranking_loss_falls_and_the_known_order_is_learned():
     losses = [float(line.split("loss ")[1].split()[0]) for line in logs]
     assert losses[-1] < 0.6 * losses[0]
     after = ranking_metrics(progs, ev.score([p.sentence for p in progs]))
-    assert after["pairwise_accuracy"] >= 0.85 > before["pairwise_accuracy"]
+    assert after["pairwise_accuracy"] >= max(0.85, before["pairwise_accuracy"] + 0.1)
     assert after["kendall_tau"] > 0.7
 
 

@@ -50,12 +50,15 @@ def grow_vocabulary(directory: str, words) -> list[str]:
     others (`GPT.grow_vocab`, or `WorldModel.grow_vocab` for an evaluator); the ids of its
     words do not move, so it reads and writes everything it did. A new sketch rule brings
     new `at` options (the loops a packed copy can sit at); the shipped models learn their
-    words from the demonstrations that use them. Returns the words appended."""
+    words from the demonstrations that use them. The quality prompt's word is left to SFT,
+    which appends it when its demonstrations carry the prompt. Returns the words appended."""
     from .checkpoint import extra_of, load_checkpoint, save_checkpoint
+    from .language import QUALITY
     from .tokenizer import Tokenizer, _order
     tok_path = os.path.join(directory, TOKENIZER_FILE)
     tok = Tokenizer.load(tok_path)
-    new = sorted(tok.covers(words.word(i) for i in range(words.vocab_size)), key=_order)
+    new = sorted((w for w in tok.covers(words.word(i) for i in range(words.vocab_size)) if w != QUALITY),
+                 key=_order)
     if not new:
         return []
     grown = tok.extended(new)
