@@ -122,3 +122,15 @@ def assert_replays_identically(space, trace, func, args) -> None:
     sch, trace2 = space.apply(again.sketch, ReplayDecider(again))
     assert trace2 == trace and str(tlmir.lower(sch, args)) == str(func)
 
+
+def assert_hand_schedule_matches_and_replays(s, op: OpDef) -> None:
+    """A schedule written by hand computes what numpy computes, and its history (through
+    JSON) replays into the same loop IR on a fresh schedule."""
+    from tlmir.schedule import replay, steps_from_json, steps_to_json
+    ins = op.random_inputs(0)
+    got = op.empty_outputs()
+    tlmir.build(s, op.args)(*ins, *got)
+    np.testing.assert_allclose(got[0], op.run_reference(*ins)[0], rtol=1e-5, atol=1e-5)
+    s2 = tlmir.create_schedule(op.outputs)
+    replay(s2, steps_from_json(steps_to_json(s.history)))
+    assert str(tlmir.lower(s2, op.args)) == str(tlmir.lower(s, op.args))
