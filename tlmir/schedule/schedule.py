@@ -354,12 +354,8 @@ class Schedule:
             raise ScheduleError(f"cache_write of {st.name!r}: layout {list(layout)!r} is not a "
                                 f"permutation of the {ndim} dimensions")
         axes = [IterVar(f"{old.axis[p].name}.c", old.axis[p].extent) for p in perm]
-        where = [0] * ndim  # tensor dimension -> buffer dimension
-        for d, p in enumerate(perm):
-            where[p] = d
         raxes = [IterVar(a.name, a.extent, "reduce") for a in old.reduce_axis]
-        vmap = {old.axis[p].var: axes[where[p]].var for p in range(ndim)}
-        vmap.update({a.var: b.var for a, b in zip(old.reduce_axis, raxes)})
+        vmap = {a.var: b.var for a, b in zip([old.axis[p] for p in perm] + old.reduce_axis, axes + raxes)}
         rmap = dict(zip(map(id, old.reduce_axis), raxes))
 
         def rebind(n):

@@ -162,12 +162,6 @@ class _Builder:
         c = self._consumer_of(name)
         return c if c is not None and self.sketch.rule_of(c)[0] == "skip" else None
 
-    def _vector_axis(self, name: str) -> int:
-        """The axis of stage `name` (of the DAG) whose vectors its tiles compute."""
-        if self.sketch.rule_of(name)[0] != "cache_write_transposed":
-            return -1
-        return transposed_vector_axis(self.dag[name].op, self.hw.vector_lanes)
-
     # --- structure
     def _split(self, st: Stage, iv, factors) -> list:
         """Split `iv` into len(factors) loops with these extents, outermost first."""
@@ -218,7 +212,8 @@ class _Builder:
         self.followers.add(consumer.name)
 
     def _cache_write_transposed(self, st: Stage, level: int) -> None:
-        layout = axis_last(len(st.op.axis), self._vector_axis(st.name))
+        d = transposed_vector_axis(self.dag[st.name].op, self.hw.vector_lanes)
+        layout = axis_last(len(st.op.axis), d)
         local = self.s[self.s.cache_write(st.op.output(), "local", layout=layout)]
         consumer = self._fusable_consumer(st.name)
         if consumer is not None:
@@ -239,12 +234,13 @@ class _Builder:
         (a transposed copy, or a panel in `src`'s own layout);
         the stage that computes the tiles (`reader`, or its `.local` copy) reads it. Where it
         is computed (`at src.pack`) sets the panel: once per outer tile of that dimension
-        up to once per inner tile."""
-        layout = dict(pack_layouts(self.dag[reader].op, self._vector_axis(reader)))[src.name]
+        up to once per inner tile. The layout is read off the stage that computes the tiles,
+        whose innermost axis is the vectorized one (a transposed cache's included)."""
         if self.sketch.rule_of(reader)[0] in ("cache_write", "cache_write_transposed"):
             reader = f"{reader}.local"
-        cache = self.s.cache_read(src.op.output(), "global", [self.s.stage(reader).op.output()],
-                                  layout=layout)
+        tiles = self.s.stage(reader).op
+        layout = dict(pack_layouts(tiles))[src.name]
+        cache = self.s.cache_read(src.op.output(), "global", [tiles.output()], layout=layout)
         pack = self.s[cache]
         self.packs.add(pack.name)
         if list(layout) == sorted(layout):  # a panel: its rows are vectors
