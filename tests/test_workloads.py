@@ -76,7 +76,7 @@ HELD_OUT_TASKS = 189       # distinct tasks of the held-out networks
 
 def test_training_split_has_the_shape_variants(splits):
     train, held = splits["train"], splits["held-out"]
-    assert 1500 <= len({t.key for t in train}) == len(train) <= 2200
+    assert 1500 <= len({t.key for t in train}) == len(train) <= 2400
     assert len({t.key for t in held}) == len(held) == HELD_OUT_TASKS
     held_keys = {t.key for name in W.HELD_OUT for t, _ in W.network_tasks(name)}
     assert not {t.key for t in train} & held_keys
@@ -140,6 +140,7 @@ def test_split_is_deterministic_and_fast():
     ("resnet-50", 8.18), ("resnext-50", 8.46), ("mobilenet-v2", 0.60), ("densenet-121", 5.67),
     ("inception-v3", 11.43), ("vgg-16", 30.94), ("resnet-18", 3.63), ("squeezenet-1.1", 0.70),
     ("mobilenet-v1", 1.14), ("vit-b16", 35.1), ("regnet-x-400mf", 0.82), ("regnet-x-800mf", 1.60),
+    ("regnet-x-200mf", 0.40),
     # shape variants: width multipliers, deeper / wider families, a larger image
     ("mobilenet-v1-w0.5", 0.298), ("mobilenet-v1-w0.75", 0.650), ("resnet-34", 7.34),
     ("vgg-11", 15.22), ("vgg-13", 22.62), ("vgg-19", 39.26), ("vit-ti16", 2.52),

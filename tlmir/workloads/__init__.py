@@ -7,14 +7,15 @@
     describe()                   -> a table: network, split, #tasks, weighted GFLOP
 
 Names encode the shape of a network beside its family's defaults, in this order:
-``-w<width>`` (MobileNetV1 width multiplier, default 1.0), ``-seq<N>`` (transformer
-sequence length, default 128, LLaMA prefill's prompt length), ``-b<N>`` (batch, default 1),
-``-<N>`` (N x N input image: CNNs 224, Inception-v3 299, ViT 224; ViT's sequence is
-(image / 16)^2 + 1 tokens). E.g. ``resnet-18-b4-192``, ``mobilenet-v1-w0.5-b2-160``,
+``-w<width>`` (MobileNetV1 width multiplier, default 1.0), ``-gw<N>`` (RegNetX group
+width, default the configuration's), ``-seq<N>`` (transformer sequence length, default
+128, LLaMA prefill's prompt length), ``-b<N>`` (batch, default 1), ``-<N>`` (N x N input
+image: CNNs 224, Inception-v3 299, ViT 224; ViT's sequence is (image / 16)^2 + 1
+tokens). E.g. ``resnet-18-b4-192``, ``mobilenet-v1-w0.5-b2-160``, ``regnet-x-400mf-gw4``,
 ``bert-small-seq64-b2``, ``vit-ti16-384``, ``llama-13b-prefill-seq64``. Besides the
 explicit entries, the training networks include the shape variants the TLM paper trains
-on (batch sizes, sequence lengths, image sizes, widths), generated from the VARIANTS
-table. How layers map to subgraphs: see `cnn`, `transformer` and `others`.
+on (batch sizes, sequence lengths, image sizes, widths, group widths), generated from
+the VARIANTS table. How layers map to subgraphs: see `cnn`, `transformer` and `others`.
 
 The split is by whole network. HELD_OUT is the TLM paper's held-out set (ResNet-50,
 MobileNetV2, ResNeXt-50, BERT-tiny/base/large, DenseNet-121, DCGAN) plus LLaMA-7B decode:
@@ -81,6 +82,7 @@ NETWORKS: dict[str, Callable[[], list[tuple[Task, float]]]] = {
     "mobilenet-v1-160": _net(cnn.mobilenet_v1, image=160),
     "regnet-x-400mf": _net(cnn.regnet_x, config="400mf"),
     "regnet-x-800mf": _net(cnn.regnet_x, config="800mf"),
+    "regnet-x-200mf": _net(cnn.regnet_x, config="200mf"),
     # ---- train: transformers
     "bert-mini": _net(transformer.bert, layers=4, hidden=256, heads=4),
     "bert-small": _net(transformer.bert, layers=4, hidden=512, heads=8),
@@ -120,6 +122,9 @@ VARIANTS: tuple[tuple[str, Callable, dict, tuple[dict, ...]], ...] = (
     ("mobilenet-v1", cnn.mobilenet_v1, {},
      ({"width": (0.5, 0.75, 1.0), "image": (128, 160, 192, 224)},
       {"width": (0.5, 1.0), "n": (2, 8), "image": (160, 224)})),
+    ("regnet-x-200mf", cnn.regnet_x, {"config": "200mf"}, ({"n": (1, 4), "image": (160, 224)},)),
+    ("regnet-x-400mf", cnn.regnet_x, {"config": "400mf"}, ({"group_width": (4, 8)},)),
+    ("regnet-x-800mf", cnn.regnet_x, {"config": "800mf"}, ({"group_width": (4, 8)},)),
     ("bert-mini", transformer.bert, BERT_MINI,
      ({"seq": (32, 64, 128, 256, 384, 512), "batch": _B4},)),
     ("bert-small", transformer.bert, BERT_SMALL,
@@ -145,12 +150,12 @@ VARIANTS: tuple[tuple[str, Callable, dict, tuple[dict, ...]], ...] = (
 
 
 def variant_name(family: str, builder: Callable, params: dict) -> str:
-    """`family` plus ``-w<width>``, ``-ngf<ngf>``, ``-l<levels>``, ``-seq<seq>``, ``-b<batch>``,
-    ``-<image>`` for each of those parameters in `params` that differs from `builder`'s
-    default."""
+    """`family` plus ``-w<width>``, ``-gw<group_width>``, ``-ngf<ngf>``, ``-l<levels>``,
+    ``-seq<seq>``, ``-b<batch>``, ``-<image>`` for each of those parameters in `params`
+    that differs from `builder`'s default."""
     default = {k: p.default for k, p in inspect.signature(builder).parameters.items()}
-    suffix = {"width": "-w{:g}", "ngf": "-ngf{}", "levels": "-l{}", "seq": "-seq{}", "n": "-b{}",
-              "batch": "-b{}", "image": "-{}"}
+    suffix = {"width": "-w{:g}", "group_width": "-gw{}", "ngf": "-ngf{}", "levels": "-l{}",
+              "seq": "-seq{}", "n": "-b{}", "batch": "-b{}", "image": "-{}"}
     return family + "".join(fmt.format(params[k]) for k, fmt in suffix.items()
                             if k in params and params[k] != default[k])
 

@@ -79,20 +79,23 @@ def resnext50_32x4d(n: int = 1) -> Net:
 
 # ------------------------------------------------------------------ RegNetX
 
-# torchvision's RegNetX configurations: (depths, widths, group width) per stage. Only
-# those of group width 16: the shipped vocabulary spells the grouped index `k//16*16+rc`,
-# not 1.6GF's `k//24*24+rc` or 3.2GF's 48.
+# RegNetX configurations (pycls / torchvision): (depths, widths, group width) per stage.
+# Only group widths whose grouped index the language spells (`k//8*8+rc`, 4, 16 and 32:
+# the held-out ResNeXt's and these), not 1.6GF's 24 or 3.2GF's 48.
 REGNET_X = {
+    "200mf": ((1, 1, 4, 7), (24, 56, 152, 368), 8),
     "400mf": ((1, 2, 7, 12), (32, 64, 160, 400), 16),
     "800mf": ((1, 3, 7, 5), (64, 128, 288, 672), 16),
 }
 
 
-def regnet_x(config: str = "400mf", n: int = 1, image: int = 224) -> Net:
+def regnet_x(config: str = "400mf", n: int = 1, image: int = 224, group_width: int | None = None) -> Net:
     """torchvision RegNetX: a 32-channel 3x3 stem, then per stage bottleneck blocks of the
     stage's width (no expansion), the 3x3 in `width / group width` groups, the first
-    block carrying the stage's stride."""
-    depths, widths, group_width = REGNET_X[config]
+    block carrying the stage's stride. `group_width` replaces the configuration's (the
+    RegNet design space's group-width axis): grouped convs of few channels per group."""
+    depths, widths, default_width = REGNET_X[config]
+    group_width = group_width or default_width
     net = Net(n)
     c, h, w = net.conv(3, image, image, 32, 3, stride=2, padding=1)
     for depth, width in zip(depths, widths):
