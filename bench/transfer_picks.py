@@ -54,14 +54,17 @@ def main() -> None:
                                       "to this .jsonl, for picking rules fitted offline (a task "
                                       "written twice: bench/pick_rules.py reads the last)")
     p.add_argument("--archive", help="export --db's records to this .jsonl.xz at the end")
+    p.add_argument("--search-param", action="append", default=[], metavar="NAME=VALUE",
+                   help="override a SearchParams field (repeatable): how transfers are rewritten and "
+                        "ordered, e.g. transfer_lanes=true; the picks' GFLOP/s compare across runs")
     a = p.parse_args()
 
     from tlmir.evaluate import representative_tasks
     from tlmir.lm.tlm_search import cached_sources
     from tlmir.runtime.records import RecordDB, export_jsonl
-    from tlmir.runtime.target import SearchParams, host_hardware
+    from tlmir.runtime.target import host_hardware, search_params
 
-    hw, sp = host_hardware(), SearchParams()
+    hw, sp = host_hardware(), search_params(a.search_param)
     library = cached_sources(a.model)
     if library is None:
         raise SystemExit(f"model {a.model!r} ships no transfer library")
@@ -78,7 +81,7 @@ def main() -> None:
                     print(f"{task.name}: no transfer measured", flush=True)
                     continue
                 for k, v in row.items():
-                    if not k.startswith("_"):
+                    if not k.startswith("_") or k.startswith("_gflops"):
                         ratios.setdefault(k, []).append(v)
                 print(f"[{time.perf_counter() - t0:5.0f}s {i + 1}/{len(tasks)}] {task.name[:48]:48s} "
                       f"{row['_n']:2d} transfers, best {row['_gflops']:6.1f} GFLOP/s (#{row['_best']} nearest, "
@@ -88,7 +91,11 @@ def main() -> None:
         if features:
             features.close()
     print("geometric mean of pick / best of all:",
-          "  ".join(f"{k} {math.exp(np.mean(np.log(v))):.3f}" for k, v in ratios.items()))
+          "  ".join(f"{k} {math.exp(np.mean(np.log(v))):.3f}" for k, v in ratios.items()
+                    if not k.startswith("_")))
+    print("geometric mean GFLOP/s of the best of all and of tlm's picks (rank sum) of 1 and 6:",
+          "  ".join(f"{k[8:] or 'best'} {math.exp(np.mean(np.log(v))):.1f}" for k, v in ratios.items()
+                    if k.startswith("_gflops")))
     if a.archive:
         export_jsonl(db, a.archive)
     db.close()
@@ -173,6 +180,8 @@ def measure_transfers(task, library, measured: Measured, limit: int, features) -
                 for (s, r), e, t in zip(got, evaluator, seconds)]}) + "\n")
         features.flush()
     best = int(np.argmax(throughput))
+    picked = [throughput[np.argsort(-rank_sum, kind="stable")[:k]].max() for k in (1, 6)]
+    row.update(_gflops_pick1=task.flops * picked[0] / 1e9, _gflops_pick6=task.flops * picked[1] / 1e9)
     row.update(_n=len(cands), _best=best, _gflops=task.flops * throughput[best] / 1e9,
                _best_evaluator=list(np.argsort(-evaluator, kind="stable")).index(best))
     return row
