@@ -1,7 +1,6 @@
 """`tlmir sample | tokenizer build | train pretrain | generate`: the language-model workflow."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -52,27 +51,19 @@ def grow_vocabulary(directory: str, words) -> list[str]:
     new `at` options (the loops a packed copy can sit at); the shipped models learn their
     words from the demonstrations that use them. The quality prompt's word is left to SFT,
     which appends it when its demonstrations carry the prompt. Returns the words appended."""
+    from ..search.world_train import grow_evaluator_vocab, is_evaluator
     from .checkpoint import extra_of, load_checkpoint, save_checkpoint
     from .language import QUALITY
-    from .tokenizer import Tokenizer, _order
+    from .tokenizer import Tokenizer, word_order
     tok_path = os.path.join(directory, TOKENIZER_FILE)
     tok = Tokenizer.load(tok_path)
     new = sorted((w for w in tok.covers(words.word(i) for i in range(words.vocab_size)) if w != QUALITY),
-                 key=_order)
+                 key=word_order)
     if not new:
         return []
     grown = tok.extended(new)
-    from ..search.world_train import CONFIG, FORMAT, Evaluator
-    try:
-        with open(os.path.join(directory, CONFIG)) as f:
-            meta = json.load(f)
-    except (OSError, ValueError):
-        meta = None
-    if isinstance(meta, dict) and meta.get("format") == FORMAT:  # an evaluator
-        ev = Evaluator.load(directory)
-        own = {"format", "version", "weights_sha256", *dataclasses.asdict(ev.model.config)}
-        Evaluator(ev.model.grow_vocab(grown.vocab_size), grown).save(
-            directory, {k: v for k, v in meta.items() if k not in own})
+    if is_evaluator(directory):
+        grow_evaluator_vocab(directory, grown)
         return new
     model, meta = load_checkpoint(directory, expect_vocab_size=tok.vocab_size)
     save_checkpoint(model.grow_vocab(grown.vocab_size), directory, extra_of(meta))

@@ -140,7 +140,8 @@ def extent_words(task, more: Iterable[int] = ()) -> set[str]:
     return {str(d) for e in extents if e > 0 for d in _divisors(e)}
 
 
-def _order(word: str) -> tuple:
+def word_order(word: str) -> tuple:
+    """The vocabulary's order of words: numbers by value, then the rest by name."""
     return (0, int(word), "") if _is_int(word) else (1, 0, word)
 
 
@@ -174,7 +175,7 @@ class Tokenizer:
     @classmethod
     def from_words(cls, words: Iterable[str]) -> "Tokenizer":
         from tokenizers import AddedToken, Tokenizer as HF, models, pre_tokenizers
-        rest = sorted({w for w in words if w not in SPECIAL and w not in RESERVED_WORDS}, key=_order)
+        rest = sorted({w for w in words if w not in SPECIAL and w not in RESERVED_WORDS}, key=word_order)
         for w in rest:
             if not w or any(c.isspace() for c in w):
                 raise LanguageError(f"vocabulary word {w!r} is not a single word")

@@ -234,6 +234,28 @@ class Evaluator:
         return cls(model.eval(), tok)
 
 
+def is_evaluator(directory: str) -> bool:
+    """Whether `directory` holds an evaluator (its config names this format), not a TLM."""
+    try:
+        with open(os.path.join(directory, CONFIG)) as f:
+            meta = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and meta.get("format") == FORMAT
+
+
+def grow_evaluator_vocab(directory: str, tok: Tokenizer) -> None:
+    """Rewrite the evaluator in `directory` for `tok`, its vocabulary with words appended
+    (`WorldModel.grow_vocab`); the config's entries beyond the model's (how it was
+    trained) are kept."""
+    ev = Evaluator.load(directory)
+    with open(os.path.join(directory, CONFIG)) as f:
+        meta = json.load(f)
+    own = {"format", "version", "weights_sha256", *dataclasses.asdict(ev.model.config)}
+    Evaluator(ev.model.grow_vocab(tok.vocab_size), tok).save(
+        directory, {k: v for k, v in meta.items() if k not in own})
+
+
 def train_evaluator(programs: Sequence[Program], tok: Tokenizer, cfg: WorldModelConfig, steps: int = 2000,
                     tasks_per_batch: int = 16, per_task: int = 16, lr: float = 2e-3,
                     regression_weight: float = 1.0, seed: int = 0, threads: int = 1,
