@@ -54,20 +54,6 @@ def test_nearest_answer_of_each_kind():
         nearest_answer((2, 3), [0, 1])
 
 
-def test_a_tile_keeps_the_vector_lanes_its_innermost_factor_filled():
-    """On a 112-wide axis a source's 32 (two 16-lane vectors) goes to 16, whole vectors,
-    where by distance alone it goes to 28, one vector and a 12-lane tail; 48 goes to 16,
-    not to the nearer 112 (seven vectors: the register tile would grow); a factor that
-    filled none of them (3) keeps the plain nearest."""
-    options = list(factorizations(112, 2, 112))
-    assert nearest_answer((4, 32), options) == (4, 28)
-    assert nearest_answer((4, 32), options, lanes=16) == (7, 16)
-    assert nearest_answer((2, 48), options, lanes=16) == (7, 16)
-    assert nearest_answer((2, 12), options) == (8, 14)
-    assert nearest_answer((2, 12), options, lanes=16) == (14, 8)      # 12 fills 4 lanes: 14 does not
-    assert nearest_answer((16, 3), options, lanes=16) == nearest_answer((16, 3), options)
-
-
 @pytest.mark.parametrize("source, target", [
     (ops.dense(32, 48, 24, bias=True, act="gelu"), ops.dense(20, 64, 40, bias=True, act="gelu")),
     (ops.conv2d_bias_relu(1, 8, 10, 10, 16, 3, 3, padding=1), ops.conv2d_bias_relu(1, 4, 12, 12, 32, 3, 3, padding=1)),

@@ -181,9 +181,6 @@ class SearchParams:
     tlm_transfer_repairs: int = 0      # ... and per rewrite whose inner tiles moved, this many programs
                                        # with those tiles written anew by the model (0: none; 4 measured
                                        # worse, the evaluator picking them: docs/model.md)
-    transfer_lanes: bool = False       # a transferred tile keeps its innermost factor's share of the
-                                       # vector lanes (a source's 32 of 16 lanes becomes 16 on a 112-wide
-                                       # axis, not the nearer 28: whole vectors, no tail)
     tlm_borrow_own: bool = False       # ... and a training task may borrow its own programs measured
                                        # on other hosts (a library refreshed on a new host keeps the
                                        # better of them and the search); off, a task borrows only others'

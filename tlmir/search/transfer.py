@@ -42,23 +42,15 @@ def tile_deviation(chosen: Any, source: Any) -> float:
     return 0.0
 
 
-def nearest_answer(source: Any, options: list, lanes: int = 1) -> Any:
+def nearest_answer(source: Any, options: list) -> Any:
     """`source` if the options hold it, else the option nearest to it: a tile by
     `tile_distance`, a number in log scale, a name (a compute location) by the longest
-    common prefix. The first of equally near options wins, so the result is deterministic.
-    With `lanes` > 1 a tile goes to the nearest whose innermost factor is a multiple of
-    the lanes the source's innermost factor filled (gcd(factor, lanes)) and no larger
-    than it (the register tile does not grow), where there is one: a vectorized 32 or 48
-    of 16 lanes becomes 16 on a 112-wide axis, not 28 or 56 (a tail)."""
+    common prefix. The first of equally near options wins, so the result is deterministic."""
     if source in options:
         return source
     if isinstance(source, tuple):
         same = [o for o in options if isinstance(o, tuple) and len(o) == len(source)]
         if same and all(s > 0 for s in source):
-            fill = math.gcd(source[-1], lanes)
-            if fill > 1:
-                aligned = [o for o in same if o[-1] % fill == 0]
-                same = [o for o in aligned if o[-1] <= source[-1]] or aligned or same
             return min(same, key=lambda o: tile_distance(o, source))
     elif isinstance(source, (int, float)) and not isinstance(source, bool):
         nums = [o for o in options if isinstance(o, (int, float)) and not isinstance(o, bool)]
@@ -99,10 +91,10 @@ class TransferDecider(Decider):
     (`SourceLibrary.rewrites`)."""
 
     def __init__(self, source: Trace, source_names: Names = _same, target_names: Names = _same,
-                 min_parallel: int = 1, lanes: int = 1):
+                 min_parallel: int = 1):
         super().__init__()
         self.names = target_names
-        self.min_parallel, self.lanes = min_parallel, lanes
+        self.min_parallel = min_parallel
         self.deviation = 0.0
         self.moved: list[str] = []
         self.recorded = {_question(q, source_names): source_names(a) if isinstance(a, str) else a
@@ -136,7 +128,7 @@ class TransferDecider(Decider):
         return options[0]
 
     def _nearest(self, question: str, source: Any, options: list) -> Any:
-        chosen = nearest_answer(source, options, self.lanes)
+        chosen = nearest_answer(source, options)
         deviation = tile_deviation(chosen, source)
         if deviation > 0:
             self.deviation += deviation
@@ -225,9 +217,8 @@ def replay(space: SearchSpace, source: Trace, source_sketch: str) -> Replayed | 
     naming (a dense + residual add borrows a dense + bias program, a plain conv a conv +
     bias + ReLU one)."""
     rules, cores = [str(sk) for sk in space.sketches], space.hw.cores
-    lanes = space.hw.vector_lanes if space.sp.transfer_lanes else 1
     if source_sketch in rules:
-        sketch_id, decider = rules.index(source_sketch), TransferDecider(source, min_parallel=cores, lanes=lanes)
+        sketch_id, decider = rules.index(source_sketch), TransferDecider(source, min_parallel=cores)
     else:
         form, source_names = epilogue_form(source_sketch)
         match = [(i, names) for i, (f, names) in enumerate(map(epilogue_form, rules))
@@ -235,7 +226,7 @@ def replay(space: SearchSpace, source: Trace, source_sketch: str) -> Replayed | 
         if not match:
             return None
         sketch_id, target_names = match[0]
-        decider = TransferDecider(source, source_names or _same, target_names or _same, cores, lanes)
+        decider = TransferDecider(source, source_names or _same, target_names or _same, cores)
     try:
         schedule, trace = space.apply(sketch_id, decider)
     except ScheduleError:
