@@ -16,6 +16,7 @@ from tlmir.runtime.task import Task
 from tlmir.schedule.decider import Trace
 from tlmir.schedule.space import SearchSpace
 from tlmir.search.strategy import make_strategy
+from tlmir.workloads import split_tasks
 from tlmir.workloads.common import task_name
 from tlmir.search.transfer import epilogue_form
 from tlmir.search.transfer_sources import (SOURCES_FILE, Source, SourceLibrary, op_family, shape_distance,
@@ -46,13 +47,20 @@ def _dense_records(tasks: list[Task], per_task: int = 4, hw: HardwareParams = HW
     return out
 
 
-def test_a_grouped_conv_is_its_own_category():
+def test_a_grouped_or_strided_conv_is_its_own_category():
     grouped = _task(ops.conv2d_bias_relu(1, 8, 10, 10, 8, 3, 3, padding=1, groups=4))
     plain = _task(ops.conv2d_bias_relu(1, 8, 10, 10, 8, 3, 3, padding=1))
+    strided = _task(ops.conv2d_bias_relu(1, 8, 10, 10, 8, 3, 3, stride=2, padding=1, groups=4))
     dense = _task(ops.dense(16, 32, 8))
     assert source_category(plain) == "conv2d_bias_relu_3x3"
     assert source_category(grouped) == "conv2d_bias_relu_3x3_grouped"
+    assert source_category(strided) == "conv2d_bias_relu_3x3_grouped_strided"
     assert source_category(dense) == "dense"
+    for name, want in [("conv2d_nchw_1x64x56x56_k128_1x1_s2_p0", "conv2d_nchw_1x1_strided"),
+                       ("conv2d_bias_relu_1x128x17x17_k128_1x7_s1_p0x3", "conv2d_bias_relu_1x7"),
+                       ("depthwise_conv2d_1x576x14x14_3x3_s1_p1", "depthwise_conv2d_3x3")]:
+        assert source_category(next(t for t in split_tasks("train") + split_tasks("held-out")
+                                    if t.name == name)) == want, name
 
 
 def test_the_library_keeps_each_training_tasks_fastest_program_per_hardware(tmp_path):

@@ -32,14 +32,21 @@ from .transfer import Replayed, epilogue_form, replay
 
 SOURCES_FILE = "sources.jsonl.xz"
 _GROUPS = re.compile(r"_g\d+(_|$)")
+_STRIDES = re.compile(r"_s(\d+)(?:x(\d+))?(_|$)")
 
 
 def source_category(task: Task) -> str:
     """`category` (the op family, with a convolution's kernel size) and whether a
-    convolution is grouped: a grouped 3x3 conv borrows from grouped convs first."""
+    convolution is grouped, and strided: a grouped 3x3 conv borrows from grouped convs
+    first, a stride-1 conv from stride-1 convs (a stride-2 program's loads and tiles
+    are of another kind)."""
     kind = task_type(task)
-    grouped = "conv" in kind and _GROUPS.search(task.name[len(kind):])
-    return category(task) + ("_grouped" if grouped else "")
+    rest = task.name[len(kind):]
+    conv = "conv" in kind
+    grouped = conv and _GROUPS.search(rest)
+    stride = _STRIDES.search(rest) if conv else None
+    strided = stride is not None and any(int(s) > 1 for s in stride.groups()[:2] if s)
+    return category(task) + ("_grouped" if grouped else "") + ("_strided" if strided else "")
 
 
 _EPILOGUES = {"bias", "relu", "gelu", "tanh", "silu", "sigmoid", "add", "mul", "nchw"}
