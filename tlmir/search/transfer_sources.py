@@ -185,7 +185,7 @@ class SourceLibrary:
 
     def nearest(self, task: Task, hw_key: str, own: bool = False) -> list[Source]:
         """Sources for `task` on `hw_key`, best first: the same category before the rest of
-        the op, then by shape (`shape_distance` in whole steps: within a factor of two
+        the op (`source_category`; for a strided conv, strided or not), then by shape (`shape_distance` in whole steps: within a factor of two
         overall is one step; a program measured on another host of the vector width
         counts `OTHER_HOST_STEPS` farther, other widths are not sources), each step its
         own op type before the others of its `op_family` (their sketches matched by
