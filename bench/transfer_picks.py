@@ -56,7 +56,7 @@ def main() -> None:
     p.add_argument("--archive", help="export --db's records to this .jsonl.xz at the end")
     p.add_argument("--search-param", action="append", default=[], metavar="NAME=VALUE",
                    help="override a SearchParams field (repeatable): how transfers are rewritten and "
-                        "ordered, e.g. transfer_lanes=true; the picks' GFLOP/s compare across runs")
+                        "ordered, e.g. tlm_transfer_deviation=0; the picks' GFLOP/s compare across runs")
     a = p.parse_args()
 
     from tlmir.evaluate import representative_tasks

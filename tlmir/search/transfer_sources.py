@@ -185,15 +185,16 @@ class SourceLibrary:
 
     def nearest(self, task: Task, hw_key: str, own: bool = False) -> list[Source]:
         """Sources for `task` on `hw_key`, best first: the same category before the rest of
-        the op (`source_category`; for a strided conv, strided or not), then by shape (`shape_distance` in whole steps: within a factor of two
-        overall is one step; a program measured on another host of the vector width
-        counts `OTHER_HOST_STEPS` farther, other widths are not sources), each step its
-        own op type before the others of its `op_family` (their sketches matched by
-        `transfer.epilogue_form`: an epilogue changes a schedule less than a shape does),
-        this hardware first, then by throughput. A program tuned for a 512-channel 14x14
-        map transfers to a 576-channel one; the fastest program of the op, tuned for a
-        96x96 map of 24 channels, does not, even on this host. The task's own programs
-        are left out unless `own` (then another host's are its nearest)."""
+        the op (`source_category`; for a strided conv, strided or not), then by shape
+        (`shape_distance` in whole steps: within a factor of two overall is one step; a
+        program measured on another host of the vector width counts `OTHER_HOST_STEPS`
+        farther, other widths are not sources), each step its own op type before the
+        others of its `op_family` (their sketches matched by `transfer.epilogue_form`: an
+        epilogue changes a schedule less than a shape does), this hardware first, then by
+        throughput. A program tuned for a 512-channel 14x14 map transfers to a 576-channel
+        one; the fastest program of the op, tuned for a 96x96 map of 24 channels, does not,
+        even on this host. The task's own programs are left out unless `own` (then another
+        host's are its nearest)."""
         key = self._nearest_key(task, hw_key)
         family, width = op_family(task_type(task)), isa(hw_key)
         mine = [s for k, group in self.by_type.items() if op_family(k) == family for s in group
@@ -211,13 +212,13 @@ class SourceLibrary:
             return family + category[len(source_kind):]
 
         cat = family_category(source_category(task), kind)
-        strided = cat.endswith(STRIDED)  # a strided conv borrows stride-1 programs as readily
+        loose = cat.endswith(STRIDED)  # a strided conv borrows stride-1 programs as readily
 
-        def other_category(s: Source) -> bool:
-            theirs = family_category(s.category, s.task_type)
-            return theirs.removesuffix(STRIDED) != cat.removesuffix(STRIDED) if strided else theirs != cat
+        def compared(category: str) -> str:
+            return category.removesuffix(STRIDED) if loose else category
 
-        return lambda s: (other_category(s), s.task_key != task.key,
+        cat = compared(cat)
+        return lambda s: (compared(family_category(s.category, s.task_type)) != cat, s.task_key != task.key,
                           _host_step(shape, s, hw_key), s.task_type != kind, s.hw_key != hw_key,
                           -s.gflops, s.task_key)
 
