@@ -195,6 +195,15 @@ def test_eval_reports_framework_sums_and_speedups(tmp_path):
         assert db.count() == 8
 
 
+def test_pytorch_is_timed_by_its_fastest_path():
+    """The task report and the network report compare against PyTorch's default call or
+    its oneDNN path, whichever is faster."""
+    from tlmir.evaluate import pytorch_fastest
+    assert pytorch_fastest({"torch": 2e-3, "onednn": 1e-3, "numpy": 5e-4}) == 1e-3
+    assert pytorch_fastest({"torch": 1e-3, "onednn": None}) == 1e-3
+    assert pytorch_fastest({"numpy": 1e-3}) is None
+
+
 def test_network_report_and_retime(tmp_path):
     from tlmir.evaluate import format_network, network_report, retime_network
     db = str(tmp_path / "net.db")

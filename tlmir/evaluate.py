@@ -27,7 +27,8 @@ a run's DB starts from the archive's: a baseline searched once serves every late
 
 `network_report` is the end-to-end view: a network's weighted latency (Σ weight ×
 subgraph latency) after tuning every subgraph, next to PyTorch eager running the same
-layers and to the untuned default schedules. `make demo` prints one.
+layers (each subgraph's fastest path: the default call or oneDNN) and to the untuned
+default schedules. `make demo` prints one.
 """
 from __future__ import annotations
 
@@ -117,6 +118,12 @@ def task_baselines(tasks, threads: int, spread: bool = False) -> list[dict]:
     has_op = [getattr(t, "op", None) is not None for t in tasks]
     times = iter(baselines_isolated([t.op for t, ok in zip(tasks, has_op) if ok], [threads], spread=spread))
     return [next(times)[threads] if ok else {} for ok in has_op]
+
+
+def pytorch_fastest(base: dict) -> float | None:
+    """PyTorch's fastest path of one task's baselines (`task_baselines`): its default call
+    or oneDNN, whichever is faster (None where it has neither)."""
+    return min((base[f] for f in ("torch", "onednn") if base.get(f)), default=None)
 
 
 def program_timer(task: Task, trace_json: str, repeat: int = 15,
@@ -344,8 +351,8 @@ class Evaluation:
                     programs[fw.label] = [r.trace for r in recs]
                     row["wall_seconds"][fw.label] = self._wall_at(fw, task)
             row["seconds"].update(confirmed_seconds(task, programs, threads, rounds))
-            fastest = min((base[f] for f in ("torch", "onednn") if base.get(f)), default=None)
-            if fastest:  # PyTorch's fastest path: its default call or oneDNN, whichever is faster
+            fastest = pytorch_fastest(base)
+            if fastest:
                 row["seconds"]["pytorch"] = fastest
             rows.append(row)
             self.log(f"[report] {task.name}: " + ", ".join(
@@ -419,7 +426,7 @@ def network_report(network: str, strategy: str = "tlm", trials_per_task: int = 1
                    model: str = "default", threads: int | None = None, progress: bool = True,
                    sp: SearchParams | None = None, passes: int = 3) -> dict:
     """Tune every subgraph of `network`, then time each subgraph's best program, PyTorch
-    eager and the untuned default schedule (fastest of `passes` timing passes): per-subgraph
+    eager (its fastest path) and the untuned default schedule (fastest of `passes` timing passes): per-subgraph
     and weighted total latency."""
     from .search.tune import tune_workload
     from .workloads import network_tasks
@@ -460,7 +467,7 @@ def _time_network(rep: dict, tasks: list, traces: list, counts: list, threads: i
     searched = [math.inf] * len(tasks)
     for _ in range(passes):
         for i, base in enumerate(task_baselines([t for t, _ in tasks], threads)):
-            pytorch[i] = min(pytorch[i], base.get("torch") or math.inf)
+            pytorch[i] = min(pytorch[i], pytorch_fastest(base) or math.inf)
         for i, timer in enumerate(timers):
             if timer is not None:
                 searched[i] = min(searched[i], timer(threads))
