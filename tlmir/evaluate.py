@@ -426,8 +426,8 @@ def network_report(network: str, strategy: str = "tlm", trials_per_task: int = 1
                    model: str = "default", threads: int | None = None, progress: bool = True,
                    sp: SearchParams | None = None, passes: int = 3) -> dict:
     """Tune every subgraph of `network`, then time each subgraph's best program, PyTorch
-    eager (its fastest path) and the untuned default schedule (fastest of `passes` timing passes): per-subgraph
-    and weighted total latency."""
+    eager (its fastest path) and the untuned default schedule (fastest of `passes` timing
+    passes): per-subgraph and weighted total latency."""
     from .search.tune import tune_workload
     from .workloads import network_tasks
     tasks = network_tasks(network)
