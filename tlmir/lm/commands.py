@@ -27,7 +27,7 @@ def cmd_sample(args) -> None:
 def cmd_tokenizer_build(args) -> None:
     from ..runtime.target import parse_target
     from .tokenizer import build_splits_tokenizer
-    tok = build_splits_tokenizer(hw=parse_target(args.target), workers=args.workers)
+    tok = build_splits_tokenizer(hw=parse_target(args.target), workers=args.workers, places=args.places)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     tok.save(args.out)
     print(f"tokenizer with {tok.vocab_size} words -> {args.out}")
@@ -275,7 +275,8 @@ def add_parsers(sub) -> None:
     """Register the LM subcommands on the main parser's subparsers."""
     sa = sub.add_parser("sample", help="the pre-training corpus: random tensor sentences of a "
                                        "workload split, in shards (paper Alg. 1); resumable")
-    sa.add_argument("--split", default="train", choices=("train", "held-out"), help="whose tasks")
+    sa.add_argument("--split", default="train", choices=("train", "held-out", "novel"),
+                    help="whose tasks (novel: tlmir.lm.novel_tasks' tasks of no workload)")
     sa.add_argument("--per-task", type=positive_int, default=600, help="distinct sentences per task")
     sa.add_argument("--hw-per-task", type=positive_int, default=8,
                     help="hardware prompts per task: the host's, then other CPU classes")
@@ -298,6 +299,9 @@ def add_parsers(sub) -> None:
     tb.add_argument("--target", default="cpu",
                     help="cpu (the shipped models' language) or cuda:sm_XX: the GPU spaces' language, "
                          "a vocabulary of its own")
+    tb.add_argument("--places", action="store_true",
+                    help="names by place (tlmir.lm.place_names): in0 s1 a2 for every operator's "
+                         "tensors, stages and axes")
     tb.set_defaults(fn=cmd_tokenizer_build)
     tg = tks.add_parser("grow", help="append the words of today's space a model's vocabulary lacks "
                                      "(new embedding rows; every old word keeps its id)")

@@ -66,21 +66,24 @@ class LMDecider(Decider):
     def _decide(self, question: str, options: list):
         if question in self.kept and self.kept[question] in options:
             options = [self.kept[question]]  # fed through the model all the same: its cache follows
-        tok = self.batcher.tok
+        tok, names = self.batcher.tok, self.batcher.names
         qwords, _ = decision_words(question, options[0], self._extent, options)
-        req = _Request(tok.encode(qwords), [tok.encode(w) for w in answer_words(question, options)])
+        req = _Request(tok.encode(qwords, names=names),
+                       [tok.encode(w, names=names) for w in answer_words(question, options)])
         self.batcher.submit(self.row, req)
         if req.choice < 0:
             raise LanguageError(f"question {question!r}: the model answered "
-                                f"{' '.join(tok.word(i) for i in req.answer)!r}, not one of the space's answers")
+                                f"{' '.join(names.real(tok.word(i)) for i in req.answer)!r}, "
+                                f"not one of the space's answers")
         return options[req.choice]
 
 
 class _Batcher:
     """Runs the model for all waiting candidates at once."""
 
-    def __init__(self, model, tok, sampling: Sampling, rng: torch.Generator):
+    def __init__(self, model, tok, names, sampling: Sampling, rng: torch.Generator):
         self.model, self.tok, self.sampling, self.rng = model, tok, sampling, rng
+        self.names = names  # how the tokenizer reads this task's names (Tokenizer.names)
         self.cv = threading.Condition()
         self.pending: dict[int, _Request] = {}
         self.active: set[int] = set()
@@ -170,10 +173,13 @@ class Generator:
         return cls(model, tokenizer, hw, sampling, seed, prompt_tier(meta), prompt_hw)
 
     def _prefix_cache(self, task, batch: int):
-        ids = self.tok.encode(prefix_words(task, self.prompt_hw, self.quality))
+        """(KV cache of the prompt for `batch` rows, logits after it, how the tokenizer
+        reads the task's names)."""
+        prefix = prefix_words(task, self.prompt_hw, self.quality)
+        ids = self.tok.encode(prefix)
         cache = self.model.new_cache(1)
         logits = self.model.step(torch.tensor([ids]), torch.tensor([len(ids)]), cache)
-        return cache.expand(batch), logits[0, -1]
+        return cache.expand(batch), logits[0, -1], self.tok.names(prefix)
 
     @torch.inference_mode()
     def generate(self, task, n: int, batch_size: int = 64, space: SearchSpace | None = None,
@@ -197,9 +203,9 @@ class Generator:
 
     def _batch(self, task, space: SearchSpace, b: int, masked: bool = True,
                variants: list[tuple[Trace, set]] | None = None) -> list[Generated]:
-        cache, first = self._prefix_cache(task, b)
-        batcher = _Batcher(self.model, self.tok, self.sampling, self.rng)
-        sketch_ids = [self.tok.encode([str(i)])[0] for i in range(len(space.sketches))]
+        cache, first, names = self._prefix_cache(task, b)
+        batcher = _Batcher(self.model, self.tok, names, self.sampling, self.rng)
+        sketch_ids = [self.tok.encode([str(i)], names=names)[0] for i in range(len(space.sketches))]
         vocab = list(range(self.tok.vocab_size))
         if variants is None:
             starts = [batcher.pick(first, sketch_ids if masked else vocab) for _ in range(b)]
@@ -295,7 +301,7 @@ class Generator:
         max_tokens = min(max_tokens, self.model.config.block_size)
         while len(out) < n:
             b = min(batch_size, n - len(out))
-            cache, first = self._prefix_cache(task, b)
+            cache, first, names = self._prefix_cache(task, b)
             words: list[list[str]] = [[] for _ in range(b)]
             logits = first.expand(b, -1)
             alive = list(range(b))
@@ -305,7 +311,7 @@ class Generator:
                 for r in alive:
                     t = sample_token(logits[r], vocab, self.sampling, self.rng)
                     feed[r] = [t]
-                    words[r].append(self.tok.word(t))
+                    words[r].append(names.real(self.tok.word(t)))
                 alive = [r for r in alive if words[r][-1] != "</s>"]
                 if not alive:
                     break

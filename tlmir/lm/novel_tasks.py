@@ -32,6 +32,7 @@ from ..ir.dag import ComputeDAG
 from ..runtime.task import Task
 
 _PRIMES = (2, 2, 2, 3, 5, 7)
+NOVEL_TASKS = 600  # how many a vocabulary with names by place walks
 
 
 def extent(rng: random.Random, lo: int, hi: int) -> int:

@@ -70,8 +70,14 @@ def task_sentences(task, per_task: int, seed: int, hws: Sequence[HardwareParams]
 @functools.cache
 def _tasks_by_key(split: str) -> dict:
     """A worker's tasks of `split` by key, built once per process."""
+    return {t.key: t for t in corpus_tasks(split)}
+
+
+def corpus_tasks(split: str) -> list:
+    """The tasks of a workload split, or (`novel`) the NOVEL_TASKS tasks of no workload."""
     from ..workloads import split_tasks
-    return {t.key: t for t in split_tasks(split)}
+    from .novel_tasks import NOVEL_TASKS, novel_tasks
+    return novel_tasks(NOVEL_TASKS) if split == "novel" else split_tasks(split)
 
 
 def _draw_shard(args: tuple) -> tuple[int, int]:
@@ -115,11 +121,10 @@ def sample_corpus(split: str, out_dir: str, per_task: int = 600, hw_per_task: in
                   log: Callable[[str], None] = print) -> int:
     """Draw the missing shards of the corpus of `split` into `out_dir`; returns the
     sentences written by this call."""
-    from ..workloads import split_tasks
     if per_task < 1 or hw_per_task < 1 or shard_tasks < 1:
         raise TlmirError("sample needs per_task, hw_per_task and shard_tasks >= 1")
     host = host or host_hardware()
-    keys = [t.key for t in split_tasks(split)][:limit]
+    keys = [t.key for t in corpus_tasks(split)][:limit]
     shards = [keys[i:i + shard_tasks] for i in range(0, len(keys), shard_tasks)]
     params = {"split": split, "tasks": len(keys),
               "tasks_sha1": hashlib.sha1("\n".join(keys).encode()).hexdigest(),
@@ -195,11 +200,14 @@ def encode_corpus(path: str, tok, log: Callable[[str], None] = print):
             if int(z["shards"]) == len(corpus_shards(path)):
                 return Packed(z["ids"], z["offsets"]), z["where"]
     records = read_sentences(path)
-    encoded = tok.hf.encode_batch([r["sentence"] for r in records])
-    lengths = np.fromiter((len(e.ids) for e in encoded), np.int64, len(encoded))
+    if tok.places:  # each sentence through its own prompt's names
+        encoded = [tok.encode(r["sentence"]) for r in records]
+    else:
+        encoded = [e.ids for e in tok.hf.encode_batch([r["sentence"] for r in records])]
+    lengths = np.fromiter((len(e) for e in encoded), np.int64, len(encoded))
     offsets = np.zeros(len(records) + 1, np.int64)
     offsets[1:] = np.cumsum(lengths)
-    ids = np.fromiter((i for e in encoded for i in e.ids), np.int32, int(offsets[-1]))
+    ids = np.fromiter((i for e in encoded for i in e), np.int32, int(offsets[-1]))
     unknown = int((ids == tok.unk_id).sum())
     if unknown:
         log(f"[encode] {unknown} of {ids.size} tokens are <unk> (words outside the vocabulary)")

@@ -16,6 +16,10 @@ vocabulary when the tokenizer is rebuilt (tests/test_vocabulary.py fails until t
 For a GPU (`hw` of kind cuda: `tlmir tokenizer build --target cuda:sm_90`) the same walk
 covers the GPU rules' spaces and every GPU class's prompt instead: a vocabulary of its
 own, so the shipped CPU models' ids never change.
+With `places`, the vocabulary holds names by place (tlmir.lm.place_names): `in0 s1 a2`
+for the tensors, stages and axes a prompt declares, so any operator's names are words it
+has, and a sentence is encoded through the map its own prompt gives. The word `<places>`
+in the vocabulary says so (and changes its hash).
 Saved as one JSON file (`tokenizers`' own format); `hash` identifies the vocabulary, to
 check a checkpoint matches.
 """
@@ -31,9 +35,11 @@ from ..errors import LanguageError
 from ..runtime.target import GPU_CLASSES, HardwareParams, gpu_variants, hardware_variants, host_hardware
 from ..schedule.decider import Decider
 from .language import RESERVED_WORDS, VERSION, _is_int, decision_words, hw_prompt, prefix_words
+from .place_names import AS_WRITTEN, PlaceNames
 
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
 SPECIAL = (PAD, UNK, BOS, EOS)
+PLACES = "<places>"  # in a vocabulary: it reads names by place
 SMALL_INTS = range(0, 1025)
 # the hardware whose rules offer different sketches and options (rfactor depends on the
 # core count, the parallel fuse limit on cores, vectorization on the lanes)
@@ -101,11 +107,12 @@ def _divisors(n: int) -> set[int]:
 
 
 def space_words(task, hw: HardwareParams, samples_per_sketch: int = 2, seed: int = 0,
-                max_walks: int = 64, patience: int = 3) -> set[str]:
+                max_walks: int = 64, patience: int = 3, places: bool = False) -> set[str]:
     """Every word a sentence of `task` on `hw` can contain (see the module docstring):
     each sketch is walked by an OptionRecorder at least `samples_per_sketch` times, until
     every option offered (tile sizes aside) has been taken once and `patience` walks in a
-    row find nothing new (at most `max_walks`)."""
+    row find nothing new (at most `max_walks`). With `places`, the words as a tokenizer
+    with names by place reads them."""
     from ..schedule.space import SearchSpace
     words = set(prefix_words(task, hw))
     space = SearchSpace(task.outputs, hw)
@@ -122,6 +129,9 @@ def space_words(task, hw: HardwareParams, samples_per_sketch: int = 2, seed: int
                 break
     words |= extent_words(task, {int(w) for w in words if _is_int(w)})
     words.update(str(i) for i in SMALL_INTS)
+    if places:
+        names = PlaceNames(prefix_words(task, hw))
+        return {names.placed(w) for w in words}
     return words
 
 
@@ -167,6 +177,7 @@ class Tokenizer:
                 raise LanguageError(f"tokenizer has {w!r} at id {self._vocab.get(w)}, expected {i}")
         self.pad_id, self.unk_id, self.bos_id, self.eos_id = range(4)
         self.hash = hashlib.sha256("\n".join(self._words).encode()).hexdigest()[:16]
+        self.places = PLACES in self._vocab
         if VERSION not in self._vocab:
             raise LanguageError(f"tokenizer does not speak tensor language {VERSION} (a model of an "
                                 f"older version is retrained: docs/model.md)")
@@ -243,9 +254,27 @@ class Tokenizer:
                 missing.setdefault(w, None)
         return list(missing)
 
-    def encode(self, words: str | Sequence[str], strict: bool = False) -> list[int]:
+    def names(self, prompt: Sequence[str]):
+        """How this tokenizer reads the names of a sentence whose words begin with `prompt`:
+        by place (a PlaceNames) or as written (AS_WRITTEN)."""
+        return PlaceNames(prompt) if self.places else AS_WRITTEN
+
+    def _placed(self, words: str | Sequence[str], names=None) -> str | list[str]:
+        """`words` as this vocabulary spells them: as they are, or with the names of a
+        whole sentence (`names=None`: its own prompt's) or of `names` by place."""
+        if not self.places:
+            return words
+        wl = words.split() if isinstance(words, str) else list(words)
+        if names is None:
+            names = PlaceNames(wl)
+            names.check(wl)
+        return [names.placed(w) for w in wl]
+
+    def encode(self, words: str | Sequence[str], strict: bool = False, names=None) -> list[int]:
         """Token ids of a sentence (string) or of a list of words; unknown words become
-        <unk>, or raise LanguageError with `strict`."""
+        <unk>, or raise LanguageError with `strict`. With names by place, a whole sentence
+        is read through its own prompt's names, a fragment through `names` (`self.names`)."""
+        words = self._placed(words, names)
         if isinstance(words, str):
             ids = self.hf.encode(words).ids
             wl = words.split() if strict else None
@@ -265,7 +294,7 @@ class Tokenizer:
     def unknown_decisions(self, sentence: str) -> list[str]:
         """The words after the prompt (after the first `sketch`) that are not in the
         vocabulary: a demonstration with any cannot be learnt from."""
-        words = sentence.split()
+        words = self._placed(sentence.split())
         return self.covers(words[_prompt_end(words):])
 
     def encode_demonstration(self, sentence: str) -> list[int]:
@@ -273,10 +302,10 @@ class Tokenizer:
         facts, up to `sketch`) the vocabulary lacks become <unk>, as the generator reads a
         prompt (a host whose L2 size the model never saw: 1024K against its 2048K); an
         unknown decision word or another language version raises LanguageError."""
-        words = sentence.split()
+        words = self._placed(sentence.split())
         end = _prompt_end(words)
         return self.encode([w if not 2 <= k < end or w in self._vocab else UNK  # after <s> and the version
-                            for k, w in enumerate(words)], strict=True)
+                            for k, w in enumerate(words)], strict=True, names=AS_WRITTEN)
 
     def decode(self, ids: Iterable[int]) -> str:
         """The words of `ids` joined by spaces (<pad> dropped)."""
@@ -287,43 +316,49 @@ class Tokenizer:
 
 
 def language_words(tasks: Iterable, hw: HardwareParams | None = None, samples_per_sketch: int = 2,
-                   seed: int = 0) -> set[str]:
+                   seed: int = 0, places: bool = False) -> set[str]:
     """Every word of the language of `tasks` (see the module docstring); `hw` (default:
     this host) joins the hardware whose rules are walked, and a GPU `hw` makes it the
-    language of GPU targets."""
+    language of GPU targets; `places`: names by place."""
     host = hw or host_hardware()
     gpu = host.kind == "cuda"
-    words: set[str] = set(SPECIAL) | set(RESERVED_WORDS)
+    words: set[str] = set(SPECIAL) | set(RESERVED_WORDS) | ({PLACES} if places else set())
     for variant in (*(gpu_variants() if gpu else hardware_variants()), host):
         words.update(hw_prompt(variant))
     words.update(str(i) for i in SMALL_INTS)
     rule_hw = list(dict.fromkeys((*(GPU_RULE_HARDWARE if gpu else RULE_HARDWARE), host)))
     for task in tasks:
         for variant in rule_hw:
-            words |= space_words(task, variant, samples_per_sketch, seed)
+            words |= space_words(task, variant, samples_per_sketch, seed, places=places)
     return words
 
 
 def build_tokenizer(tasks: Iterable, hw: HardwareParams | None = None, samples_per_sketch: int = 2,
-                    seed: int = 0) -> Tokenizer:
+                    seed: int = 0, places: bool = False) -> Tokenizer:
     """The tokenizer of the language of `tasks` (`language_words`)."""
-    return Tokenizer.from_words(language_words(tasks, hw, samples_per_sketch, seed))
+    return Tokenizer.from_words(language_words(tasks, hw, samples_per_sketch, seed, places))
 
 
 def _share_words(args: tuple) -> set[str]:
     """Worker: the language words of tasks start, start + step, ... of a split."""
     from ..workloads import split_tasks
-    split, start, step, hw = args
-    return language_words(split_tasks(split)[start::step], hw)
+    from .novel_tasks import NOVEL_TASKS, novel_tasks
+    split, start, step, hw, places = args
+    tasks = novel_tasks(NOVEL_TASKS) if split == "novel" else split_tasks(split)
+    return language_words(tasks[start::step], hw, places=places)
 
 
 def build_splits_tokenizer(splits: Sequence[str] = ("train", "held-out"), hw: HardwareParams | None = None,
-                           workers: int = 0) -> Tokenizer:
-    """The tokenizer of the language of every task of `splits`, walked in `workers` processes."""
+                           workers: int = 0, places: bool = False) -> Tokenizer:
+    """The tokenizer of the language of every task of `splits`, walked in `workers`
+    processes. With `places` (names by place) the novel tasks' words join: names by place
+    are the words any operator is read with, and those tasks hold shapes and programs of
+    no network."""
     import multiprocessing as mp
     workers = workers or os.cpu_count() or 1
     hw = hw or host_hardware()
-    shares = [(split, i, workers, hw) for split in splits for i in range(workers)]
+    splits = (*splits, "novel") if places else tuple(splits)
+    shares = [(split, i, workers, hw, places) for split in splits for i in range(workers)]
     with mp.get_context("spawn").Pool(workers) as pool:
         parts = pool.map(_share_words, shares)
     return Tokenizer.from_words(set().union(*parts))

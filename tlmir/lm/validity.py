@@ -85,8 +85,9 @@ def allowed_words(space: SearchSpace, task, hw: HardwareParams, trace: Trace,
 def example(tok: Tokenizer, space: SearchSpace, task, hw: HardwareParams, trace: Trace,
             scope: str = "answers") -> ValidityExample:
     words, scored = allowed_words(space, task, hw, trace, scope)
+    names = tok.names(words)
     return ValidityExample(tok.encode(words), [p for p, _ in scored],
-                           [sorted(set(tok.encode(list(ok)))) for _, ok in scored])
+                           [sorted(set(tok.encode(list(ok), names=names))) for _, ok in scored])
 
 
 def sample_examples(model, tok: Tokenizer, meta: dict, tasks: Sequence, hws: Sequence[HardwareParams],

@@ -1,0 +1,114 @@
+"""Names by place: what a model reads for the tensors, stages and axes a sentence names.
+
+A tensor sentence names tensors, stages and loop axes as the operator's author did
+(`tile sumsq.k`, `read x i k`). A word-level vocabulary cannot hold every name an author
+may choose, and a model that has learnt the questions of `C` and `i` has learnt nothing
+about those of `sumsq` and `k`: on operators of no workload, whose names it never read,
+it writes no well-formed sentence. A tokenizer with names by place reads each name by
+where the prompt puts it instead:
+
+- the inputs `in0 in1 ...` and the stages `s0 s1 ...`, in the order the prompt declares
+  them (the ComputeDAG's order, producers first);
+- the axes `a0 a1 ...`, in the order the read clauses first use them;
+- every other identifier (`local`, `outer`, `fused`, `pack`, `ax1`, ...) as it is.
+
+A word is read identifier by identifier (`C.local.i.c` -> `s0.local.a0.c`,
+`p*2+rr` -> `a2*2+a4`), so the vocabulary of place words is closed: the same few hundred
+words for any operator. The map is a bijection built from the sentence's own prompt, so
+`real(placed(w)) == w` and decoding needs nothing but the prompt.
+"""
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+from ..errors import LanguageError
+from .language import RESERVED_WORDS
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _prompt_clauses(words: Sequence[str]):
+    """(inputs, stages, index words of the reads) of the task prompt in `words`."""
+    inputs, stages, indices = [], [], []
+    try:
+        start, end = words.index("task"), words.index("hw")
+    except ValueError:
+        return inputs, stages, indices
+    k = start + 1
+    while k < end:
+        w = words[k]
+        if w == "input":
+            inputs.append(words[k + 1])
+            k += 2
+        elif w == "stage":
+            stages.append(words[k + 1])
+            k += 2
+        elif w == "read":
+            k += 2
+            while k < end and words[k] not in ("read", "stage", "input"):
+                indices.append(words[k])
+                k += 1
+        else:
+            k += 1
+    return inputs, stages, indices
+
+
+class PlaceNames:
+    """The bijection between the names of one prompt and their place words."""
+
+    def __init__(self, prompt: Sequence[str]):
+        inputs, stages, indices = _prompt_clauses(list(prompt))
+        self.to_place: dict[str, str] = {}
+        for prefix, names in (("in", inputs), ("s", stages)):
+            for k, name in enumerate(names):
+                if not _IDENT.fullmatch(name) or name in RESERVED_WORDS:
+                    raise LanguageError(f"tensor name {name!r} cannot be read by place (a tokenizer "
+                                        f"with names by place reads identifiers that are not "
+                                        f"words of the language)")
+                if name in self.to_place:
+                    raise LanguageError(f"tensor name {name!r} is declared twice in the prompt")
+                self.to_place[name] = f"{prefix}{k}"
+        axes = 0
+        for word in indices:
+            for ident in _IDENT.findall(word):
+                if ident in RESERVED_WORDS:
+                    raise LanguageError(f"axis name {ident!r} (in {word!r}) cannot be read by place: "
+                                        f"it is a word of the language")
+                if ident not in self.to_place:
+                    self.to_place[ident] = f"a{axes}"
+                    axes += 1
+        self.to_real = {p: n for n, p in self.to_place.items()}
+
+    def placed(self, word: str) -> str:
+        """`word` with every name replaced by its place."""
+        return _IDENT.sub(lambda m: self.to_place.get(m.group(0), m.group(0)), word)
+
+    def real(self, word: str) -> str:
+        """The inverse of `placed` (place words the prompt does not have stay as they are)."""
+        return _IDENT.sub(lambda m: self.to_real.get(m.group(0), m.group(0)), word)
+
+    def check(self, words: Sequence[str]) -> None:
+        """Refuse a sentence whose words hold, as an identifier that is no name of its
+        prompt, a word some name is read as (it could not be told from that name)."""
+        for w in words:
+            for ident in _IDENT.findall(w):
+                if ident not in self.to_place and ident in self.to_real:
+                    raise LanguageError(f"word {w!r} holds {ident!r}, which is also the place of "
+                                        f"name {self.to_real[ident]!r}: the sentence cannot be read by place")
+
+
+class _AsWritten:
+    """Names as their author wrote them: what a tokenizer without places reads."""
+
+    def placed(self, word: str) -> str:
+        return word
+
+    def real(self, word: str) -> str:
+        return word
+
+    def check(self, words: Sequence[str]) -> None:
+        pass
+
+
+AS_WRITTEN = _AsWritten()
