@@ -291,6 +291,10 @@ class Tokenizer:
                                 f"vocabulary of {self.vocab_size})")
         return ids
 
+    def lacking(self, sentence: str) -> list[str]:
+        """The words of a whole sentence, as this vocabulary reads them, that it lacks."""
+        return self.covers(self._placed(sentence.split()))
+
     def unknown_decisions(self, sentence: str) -> list[str]:
         """The words after the prompt (after the first `sketch`) that are not in the
         vocabulary: a demonstration with any cannot be learnt from."""
