@@ -87,9 +87,13 @@ def test_generation_with_places_writes_verified_programs_in_the_authors_names():
         assert " s0" not in g.sentence.split(" sketch ")[0]  # the prompt as the author wrote it
 
 
-def test_names_that_cannot_be_read_by_place_are_refused_by_name():
-    with pytest.raises(LanguageError, match="tensor name 'read'"):
-        PlaceNames("<s> v4 task input read 4 stage s elem sp 4 read read a hw".split())
+def test_names_that_are_words_of_the_language_are_read_as_written():
+    names = PlaceNames("<s> v4 task input read 4 stage reduce reduce sp 4 rd 4 read read i k hw".split())
+    assert names.to_place == {"i": "a0", "k": "a1"}
+    assert names.placed("reduce.k") == "reduce.a1"
+
+
+def test_a_word_that_could_be_told_from_a_place_is_refused_by_name():
     names = PlaceNames("<s> v4 task input x 4 stage y elem sp 4 read x i hw".split())
     with pytest.raises(LanguageError, match="'s0'"):
         names.check(["tile", "s0.i", "4"])  # `s0` is no name here, and `y` is read as s0

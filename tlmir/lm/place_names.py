@@ -10,7 +10,8 @@ where the prompt puts it instead:
 - the inputs `in0 in1 ...` and the stages `s0 s1 ...`, in the order the prompt declares
   them (the ComputeDAG's order, producers first);
 - the axes `a0 a1 ...`, in the order the read clauses first use them;
-- every other identifier (`local`, `outer`, `fused`, `pack`, `ax1`, ...) as it is.
+- every other identifier (`local`, `outer`, `fused`, `pack`, `ax1`, ...) as it is, and
+  so is a name that is a word of the language or no identifier.
 
 A word is read identifier by identifier (`C.local.i.c` -> `s0.local.a0.c`,
 `p*2+rr` -> `a2*2+a4`), so the vocabulary of place words is closed: the same few hundred
@@ -54,6 +55,13 @@ def _prompt_clauses(words: Sequence[str]):
     return inputs, stages, indices
 
 
+def _readable(name: str) -> bool:
+    """Can `name` be read by place? A name that is not an identifier, or is a word of the
+    language (a novel task's stage `reduce`), is read as written: mapping it would turn
+    the language's own word into a place wherever it stands."""
+    return bool(_IDENT.fullmatch(name)) and name not in RESERVED_WORDS
+
+
 class PlaceNames:
     """The bijection between the names of one prompt and their place words."""
 
@@ -62,20 +70,12 @@ class PlaceNames:
         self.to_place: dict[str, str] = {}
         for prefix, names in (("in", inputs), ("s", stages)):
             for k, name in enumerate(names):
-                if not _IDENT.fullmatch(name) or name in RESERVED_WORDS:
-                    raise LanguageError(f"tensor name {name!r} cannot be read by place (a tokenizer "
-                                        f"with names by place reads identifiers that are not "
-                                        f"words of the language)")
-                if name in self.to_place:
-                    raise LanguageError(f"tensor name {name!r} is declared twice in the prompt")
-                self.to_place[name] = f"{prefix}{k}"
+                if _readable(name) and name not in self.to_place:
+                    self.to_place[name] = f"{prefix}{k}"
         axes = 0
         for word in indices:
             for ident in _IDENT.findall(word):
-                if ident in RESERVED_WORDS:
-                    raise LanguageError(f"axis name {ident!r} (in {word!r}) cannot be read by place: "
-                                        f"it is a word of the language")
-                if ident not in self.to_place:
+                if _readable(ident) and ident not in self.to_place:
                     self.to_place[ident] = f"a{axes}"
                     axes += 1
         self.to_real = {p: n for n, p in self.to_place.items()}
