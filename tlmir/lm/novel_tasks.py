@@ -32,7 +32,7 @@ from ..ir.dag import ComputeDAG
 from ..runtime.task import Task
 
 _PRIMES = (2, 2, 2, 3, 5, 7)
-NOVEL_TASKS = 600  # how many a vocabulary with names by place walks
+NOVEL_TASKS = 600  # how many a corpus samples and a vocabulary walks (as validity draws by default)
 
 
 def extent(rng: random.Random, lo: int, hi: int) -> int:
@@ -203,3 +203,10 @@ def novel_tasks(n: int, seed: int = 0, avoid: frozenset[str] = frozenset()) -> l
     known = {t.key for split in ("train", "held-out") for t in split_tasks(split)} | set(avoid)
     mixed = _draw(random.Random(seed), _mixed, n, known)
     return mixed + _draw(random.Random(f"grouped:{seed}"), _grouped, n // 8, known)
+
+
+def split_tasks_or_novel(split: str) -> list[Task]:
+    """The tasks of a workload split, or (`novel`) the NOVEL_TASKS tasks of no workload:
+    what a corpus samples and a vocabulary walks."""
+    from ..workloads import split_tasks
+    return novel_tasks(NOVEL_TASKS) if split == "novel" else split_tasks(split)

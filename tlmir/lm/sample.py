@@ -70,14 +70,8 @@ def task_sentences(task, per_task: int, seed: int, hws: Sequence[HardwareParams]
 @functools.cache
 def _tasks_by_key(split: str) -> dict:
     """A worker's tasks of `split` by key, built once per process."""
-    return {t.key: t for t in corpus_tasks(split)}
-
-
-def corpus_tasks(split: str) -> list:
-    """The tasks of a workload split, or (`novel`) the NOVEL_TASKS tasks of no workload."""
-    from ..workloads import split_tasks
-    from .novel_tasks import NOVEL_TASKS, novel_tasks
-    return novel_tasks(NOVEL_TASKS) if split == "novel" else split_tasks(split)
+    from .novel_tasks import split_tasks_or_novel
+    return {t.key: t for t in split_tasks_or_novel(split)}
 
 
 def _draw_shard(args: tuple) -> tuple[int, int]:
@@ -124,7 +118,8 @@ def sample_corpus(split: str, out_dir: str, per_task: int = 600, hw_per_task: in
     if per_task < 1 or hw_per_task < 1 or shard_tasks < 1:
         raise TlmirError("sample needs per_task, hw_per_task and shard_tasks >= 1")
     host = host or host_hardware()
-    keys = [t.key for t in corpus_tasks(split)][:limit]
+    from .novel_tasks import split_tasks_or_novel
+    keys = [t.key for t in split_tasks_or_novel(split)][:limit]
     shards = [keys[i:i + shard_tasks] for i in range(0, len(keys), shard_tasks)]
     params = {"split": split, "tasks": len(keys),
               "tasks_sha1": hashlib.sha1("\n".join(keys).encode()).hexdigest(),

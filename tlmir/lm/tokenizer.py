@@ -345,11 +345,9 @@ def build_tokenizer(tasks: Iterable, hw: HardwareParams | None = None, samples_p
 
 def _share_words(args: tuple) -> set[str]:
     """Worker: the language words of tasks start, start + step, ... of a split."""
-    from ..workloads import split_tasks
-    from .novel_tasks import NOVEL_TASKS, novel_tasks
+    from .novel_tasks import split_tasks_or_novel
     split, start, step, hw, places = args
-    tasks = novel_tasks(NOVEL_TASKS) if split == "novel" else split_tasks(split)
-    return language_words(tasks[start::step], hw, places=places)
+    return language_words(split_tasks_or_novel(split)[start::step], hw, places=places)
 
 
 def build_splits_tokenizer(splits: Sequence[str] = ("train", "held-out"), hw: HardwareParams | None = None,
