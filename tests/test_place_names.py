@@ -87,10 +87,16 @@ def test_generation_with_places_writes_verified_programs_in_the_authors_names():
         assert " s0" not in g.sentence.split(" sketch ")[0]  # the prompt as the author wrote it
 
 
-def test_names_that_are_words_of_the_language_are_read_as_written():
-    names = PlaceNames("<s> v4 task input read 4 stage reduce reduce sp 4 rd 4 read read i k hw".split())
-    assert names.to_place == {"i": "a0", "k": "a1"}
-    assert names.placed("reduce.k") == "reduce.a1"
+def test_names_that_are_words_of_the_language_are_read_by_place_where_a_name_stands():
+    prompt = "<s> v4 task input read 4 stage reduce reduce sp 4 rd 4 read read i k hw".split()
+    names = PlaceNames(prompt)
+    assert names.to_place == {"read": "in0", "reduce": "s0", "i": "a0", "k": "a1"}
+    placed = names.placed_words(prompt)
+    assert " ".join(placed) == "<s> v4 task input in0 4 stage s0 reduce sp 4 rd 4 read in0 a0 a1 hw"
+    assert [names.real(w) for w in placed] == prompt
+    assert names.placed("reduce.k") == "s0.a1"
+    assert names.placed_words("parallel reduce 1 2 = 2 unroll reduce = 16".split()) == \
+        "parallel s0 1 2 = 2 unroll s0 = 16".split()
 
 
 def test_a_word_that_could_be_told_from_a_place_is_refused_by_name():

@@ -11,7 +11,14 @@ where the prompt puts it instead:
   them (the ComputeDAG's order, producers first);
 - the axes `a0 a1 ...`, in the order the read clauses first use them;
 - every other identifier (`local`, `outer`, `fused`, `pack`, `ax1`, ...) as it is, and
-  so is a name that is a word of the language or no identifier.
+  so is a name that is no identifier.
+
+A name that is also a word of the language (a stage called `reduce`) is read by place
+inside a compound word (`reduce.k` -> `s0.a1`) and, standing alone, where the language
+puts a tensor or stage name: after `stage`, `input`, `read` or a question's kind
+(`parallel reduce` -> `parallel s0`). Elsewhere the bare word is the language's own
+(`stage reduce reduce sp` -> `stage s0 reduce sp`). So a row reduction whose stage is
+called `reduce` is read as every other row reduction is.
 
 A word is read identifier by identifier (`C.local.i.c` -> `s0.local.a0.c`,
 `p*2+rr` -> `a2*2+a4`), so the vocabulary of place words is closed: the same few hundred
@@ -24,9 +31,11 @@ import re
 from typing import Sequence
 
 from ..errors import LanguageError
-from .language import RESERVED_WORDS
+from .language import QUESTION_KEYWORDS, RESERVED_WORDS
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# the words after which the language writes a tensor or stage name, standing alone
+_NAME_AFTER = frozenset(("stage", "input", "read", *QUESTION_KEYWORDS))
 
 
 def _prompt_clauses(words: Sequence[str]):
@@ -56,10 +65,8 @@ def _prompt_clauses(words: Sequence[str]):
 
 
 def _readable(name: str) -> bool:
-    """Can `name` be read by place? A name that is not an identifier, or is a word of the
-    language (a novel task's stage `reduce`), is read as written: mapping it would turn
-    the language's own word into a place wherever it stands."""
-    return bool(_IDENT.fullmatch(name)) and name not in RESERVED_WORDS
+    """Can `name` be read by place? A name that is not an identifier is read as written."""
+    return bool(_IDENT.fullmatch(name))
 
 
 class PlaceNames:
@@ -80,9 +87,18 @@ class PlaceNames:
                     axes += 1
         self.to_real = {p: n for n, p in self.to_place.items()}
 
-    def placed(self, word: str) -> str:
-        """`word` with every name replaced by its place."""
+    def placed(self, word: str, name: bool = False) -> str:
+        """`word` with every name replaced by its place. A word of the language standing
+        alone stays as it is unless `name` says the language puts a name there."""
+        if word in RESERVED_WORDS and not name:
+            return word
         return _IDENT.sub(lambda m: self.to_place.get(m.group(0), m.group(0)), word)
+
+    def placed_words(self, words: Sequence[str]) -> list[str]:
+        """`words` (a sentence, or a fragment from a question's kind on) read by place:
+        a bare word of the language is a name where it follows `stage`, `input`, `read`
+        or a question's kind."""
+        return [self.placed(w, k > 0 and words[k - 1] in _NAME_AFTER) for k, w in enumerate(words)]
 
     def real(self, word: str) -> str:
         """The inverse of `placed` (place words the prompt does not have stay as they are)."""
@@ -101,8 +117,11 @@ class PlaceNames:
 class _AsWritten:
     """Names as their author wrote them: what a tokenizer without places reads."""
 
-    def placed(self, word: str) -> str:
+    def placed(self, word: str, name: bool = False) -> str:
         return word
+
+    def placed_words(self, words: Sequence[str]) -> list[str]:
+        return list(words)
 
     def real(self, word: str) -> str:
         return word

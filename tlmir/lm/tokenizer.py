@@ -131,7 +131,7 @@ def space_words(task, hw: HardwareParams, samples_per_sketch: int = 2, seed: int
     words.update(str(i) for i in SMALL_INTS)
     if places:
         names = PlaceNames(prefix_words(task, hw))
-        return {names.placed(w) for w in words}
+        return {names.placed(w) for w in words} | set(names.to_place.values())
     return words
 
 
@@ -268,7 +268,7 @@ class Tokenizer:
         if names is None:
             names = PlaceNames(wl)
             names.check(wl)
-        return [names.placed(w) for w in wl]
+        return names.placed_words(wl)
 
     def encode(self, words: str | Sequence[str], strict: bool = False, names=None) -> list[int]:
         """Token ids of a sentence (string) or of a list of words; unknown words become
