@@ -241,7 +241,10 @@ def test_eval_archive_restores_a_baseline_on_a_new_machine(tmp_path):
     assert sorted(os.listdir(archive)) == ["random.jsonl.xz", "random.wall.json"]
     with RecordDB(str(tmp_path / "a" / "random.db")) as db:
         first = [(r.task_key, r.trace, r.best) for r in db.records()]
-    fresh = Evaluation(str(tmp_path / "b"), tasks, fws, sp=SMALL, log=None, archive=archive)
+    logs: list[str] = []
+    fresh = Evaluation(str(tmp_path / "b"), tasks, fws, sp=SMALL, log=logs.append, archive=archive)
+    n = len(first)
+    assert any(f"{n} measurements restored" in m and f"{n} of them on this host's class" in m for m in logs)
     fresh.search()  # everything was restored: nothing measured again
     with RecordDB(str(tmp_path / "b" / "random.db")) as db:
         assert [(r.task_key, r.trace, r.best) for r in db.records()] == first

@@ -245,9 +245,13 @@ class Evaluation:
             return
         with RecordDB(os.path.join(self.out, db_name)) as db:
             n = import_jsonl(records, db, dedup=False)
+            here = db.count(hw_key=self.hw.key)
         if os.path.exists(wall):
             shutil.copyfile(wall, self._wall_path(db_name))
-        self.log(f"[eval] {db_name}: {n} measurements restored from the archive {self.archive}")
+        self.log(f"[eval] {db_name}: {n} measurements restored from the archive {self.archive}, "
+                 f"{here} of them on this host's class {self.hw.key}"
+                 + ("" if here else " (a search measures its budget again here: records of "
+                                    "another CPU class do not count)"))
 
     def _save_archive(self, db_name: str, db: RecordDB) -> None:
         from .runtime.records import export_jsonl
