@@ -103,3 +103,15 @@ def test_a_word_that_could_be_told_from_a_place_is_refused_by_name():
     names = PlaceNames("<s> v4 task input x 4 stage y elem sp 4 read x i hw".split())
     with pytest.raises(LanguageError, match="'s0'"):
         names.check(["tile", "s0.i", "4"])  # `s0` is no name here, and `y` is read as s0
+
+
+def test_validity_masks_read_a_stage_called_reduce_as_the_sentence_reads_it():
+    from tlmir.lm.validity import example
+    task = row_norm(names=("x", "reduce", "post"))
+    tok = build_tokenizer([task], HW, places=True)
+    space = SearchSpace(task.outputs, HW)
+    for seed in range(4):
+        _, trace = space.apply(seed % len(space.sketches), RandomDecider(random.Random(seed)))
+        ex = example(tok, space, task, HW, trace, scope="sentences")
+        for p, allowed in zip(ex.positions, ex.allowed):
+            assert ex.ids[p] in allowed, (tok.word(ex.ids[p]), [tok.word(i) for i in allowed])

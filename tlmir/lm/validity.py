@@ -86,8 +86,11 @@ def example(tok: Tokenizer, space: SearchSpace, task, hw: HardwareParams, trace:
             scope: str = "answers") -> ValidityExample:
     words, scored = allowed_words(space, task, hw, trace, scope)
     names = tok.names(words)
+    # each allowed word is read after the word before it, as the sentence reads it there
+    # (names by place read a bare word of the language as a name after `at`, `read`, ...)
     return ValidityExample(tok.encode(words), [p for p, _ in scored],
-                           [sorted(set(tok.encode(list(ok), names=names))) for _, ok in scored])
+                           [sorted({tok.encode([words[p - 1], w], names=names)[1] for w in ok})
+                            for p, ok in scored])
 
 
 def sample_examples(model, tok: Tokenizer, meta: dict, tasks: Sequence, hws: Sequence[HardwareParams],
