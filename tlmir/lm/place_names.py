@@ -87,18 +87,18 @@ class PlaceNames:
                     axes += 1
         self.to_real = {p: n for n, p in self.to_place.items()}
 
-    def placed(self, word: str, name: bool = False) -> str:
+    def placed(self, word: str, after: str | None = None) -> str:
         """`word` with every name replaced by its place. A word of the language standing
-        alone stays as it is unless `name` says the language puts a name there."""
-        if word in RESERVED_WORDS and not name:
+        alone is a name only where the word before it (`after`) is `stage`, `input`,
+        `read` or a question's kind; elsewhere it stays the language's own."""
+        if word in RESERVED_WORDS and after not in _NAME_AFTER:
             return word
         return _IDENT.sub(lambda m: self.to_place.get(m.group(0), m.group(0)), word)
 
     def placed_words(self, words: Sequence[str]) -> list[str]:
-        """`words` (a sentence, or a fragment from a question's kind on) read by place:
-        a bare word of the language is a name where it follows `stage`, `input`, `read`
-        or a question's kind."""
-        return [self.placed(w, k > 0 and words[k - 1] in _NAME_AFTER) for k, w in enumerate(words)]
+        """`words` (a sentence, or a fragment from a question's kind on) read by place,
+        each after the word before it."""
+        return [self.placed(w, words[k - 1] if k else None) for k, w in enumerate(words)]
 
     def real(self, word: str) -> str:
         """The inverse of `placed` (place words the prompt does not have stay as they are)."""
@@ -117,7 +117,7 @@ class PlaceNames:
 class _AsWritten:
     """Names as their author wrote them: what a tokenizer without places reads."""
 
-    def placed(self, word: str, name: bool = False) -> str:
+    def placed(self, word: str, after: str | None = None) -> str:
         return word
 
     def placed_words(self, words: Sequence[str]) -> list[str]:

@@ -89,7 +89,7 @@ def example(tok: Tokenizer, space: SearchSpace, task, hw: HardwareParams, trace:
     # each allowed word is read after the word before it, as the sentence reads it there
     # (names by place read a bare word of the language as a name after `at`, `read`, ...)
     return ValidityExample(tok.encode(words), [p for p, _ in scored],
-                           [sorted({tok.encode([words[p - 1], w], names=names)[1] for w in ok})
+                           [sorted({tok.id(names.placed(w, words[p - 1])) for w in ok})
                             for p, ok in scored])
 
 
