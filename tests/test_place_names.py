@@ -42,11 +42,13 @@ def test_a_prompt_names_its_tensors_stages_and_axes_by_place_and_back():
     _, trace = space.apply(0, RandomDecider(random.Random(0)))
     words = trace_to_sentence(task, HW, trace).split()
     names = PlaceNames(words)
-    assert names.to_place == {"x": "in0", "sumsq": "s0", "norm": "s1", "i": "a0", "k": "a1"}
-    placed = [names.placed(w) for w in words]
-    assert "read in0 a0 a1" in " ".join(placed) and not {"x", "sumsq", "norm"} & set(placed)
-    assert [names.real(w) for w in placed] == words
-    assert names.placed("sumsq.k.outer.v") == "s0.a1.outer.v"
+    assert names.to_place == {"x": "in0", "sumsq": "s0", "norm": "s1"}
+    assert names.axes == {"sumsq": {"i": "i0", "k": "r0"}, "norm": {"i": "i0"}}
+    placed = names.placed_words(words)
+    assert "read in0 i0 r0" in " ".join(placed) and not {"x", "sumsq", "norm"} & set(placed)
+    assert names.real_words(placed) == words
+    assert names.placed("sumsq.k.outer.v") == "s0.r0.outer.v"
+    assert names.real("s0.r0.outer.v") == "sumsq.k.outer.v"
 
 
 def test_operators_that_differ_only_in_names_read_as_the_same_tokens():
@@ -90,11 +92,11 @@ def test_generation_with_places_writes_verified_programs_in_the_authors_names():
 def test_names_that_are_words_of_the_language_are_read_by_place_where_a_name_stands():
     prompt = "<s> v4 task input read 4 stage reduce reduce sp 4 rd 4 read read i k hw".split()
     names = PlaceNames(prompt)
-    assert names.to_place == {"read": "in0", "reduce": "s0", "i": "a0", "k": "a1"}
+    assert names.to_place == {"read": "in0", "reduce": "s0"}
     placed = names.placed_words(prompt)
-    assert " ".join(placed) == "<s> v4 task input in0 4 stage s0 reduce sp 4 rd 4 read in0 a0 a1 hw"
-    assert [names.real(w) for w in placed] == prompt
-    assert names.placed("reduce.k") == "s0.a1"
+    assert " ".join(placed) == "<s> v4 task input in0 4 stage s0 reduce sp 4 rd 4 read in0 i0 r0 hw"
+    assert names.real_words(placed) == prompt
+    assert names.placed("reduce.k") == "s0.r0"
     assert names.placed_words("parallel reduce 1 2 = 2 unroll reduce = 16".split()) == \
         "parallel s0 1 2 = 2 unroll s0 = 16".split()
 
@@ -103,6 +105,8 @@ def test_a_word_that_could_be_told_from_a_place_is_refused_by_name():
     names = PlaceNames("<s> v4 task input x 4 stage y elem sp 4 read x i hw".split())
     with pytest.raises(LanguageError, match="'s0'"):
         names.check(["tile", "s0.i", "4"])  # `s0` is no name here, and `y` is read as s0
+    with pytest.raises(LanguageError, match="'i0'"):
+        names.check(["tile", "y.i0", "4"])  # `i0` is no axis of y, and its `i` is read as i0
 
 
 def test_validity_masks_read_a_stage_called_reduce_as_the_sentence_reads_it():
@@ -115,3 +119,27 @@ def test_validity_masks_read_a_stage_called_reduce_as_the_sentence_reads_it():
         ex = example(tok, space, task, HW, trace, scope="sentences")
         for p, allowed in zip(ex.positions, ex.allowed):
             assert ex.ids[p] in allowed, (tok.word(ex.ids[p]), [tok.word(i) for i in allowed])
+
+
+@pytest.mark.parametrize("op, spatial, reduce", [
+    (lambda: tlmir.ops.matmul(64, 64, 64), ["i", "j"], ["k"]),       # equal extents: the contracted k
+    (lambda: tlmir.ops.dense(8, 24, 16), ["i", "j"], ["k"]),
+    (lambda: tlmir.ops.conv2d_nchw(1, 8, 10, 10, 16, 3, 3, padding=0), ["n", "k", "p", "q"], ["rc", "rr", "rs"]),
+])
+def test_axes_are_read_by_the_extent_they_run_over(op, spatial, reduce):
+    """A stage's spatial axes are i0 i1 ... and its reduce axes r0 ..., in the order of
+    its sp / rd extents, whatever the order the reads first use them in."""
+    task = Task.from_op(op())
+    words = trace_to_sentence(task, HW, SearchSpace(task.outputs, HW).apply(
+        0, RandomDecider(random.Random(0)))[1]).split()
+    names = PlaceNames(words)
+    main = [s for s in names.axes if len(names.axes[s]) == len(spatial) + len(reduce)][-1]
+    want = {n: f"i{k}" for k, n in enumerate(spatial)} | {n: f"r{k}" for k, n in enumerate(reduce)}
+    assert names.axes[main] == want
+
+
+def test_max_pool_window_axes_are_its_reduce_axes():
+    prompt = "<s> v4 task input X 1 8 9 9 stage pool reduce sp 1 8 4 4 rd 3 3 read X n c p*2+rr q*2+rs hw"
+    names = PlaceNames(prompt.split())
+    assert names.axes["pool"] == {"n": "i0", "c": "i1", "p": "i2", "q": "i3", "rr": "r0", "rs": "r1"}
+    assert names.placed("q*2+rs", stage="pool") == "i3*2+r1"

@@ -9,59 +9,163 @@ where the prompt puts it instead:
 
 - the inputs `in0 in1 ...` and the stages `s0 s1 ...`, in the order the prompt declares
   them (the ComputeDAG's order, producers first);
-- the axes `a0 a1 ...`, in the order the read clauses first use them;
+- a stage's axes by the extent they run over: its spatial axes `i0 i1 ...` and reduce
+  axes `r0 r1 ...` in the order its `sp` and `rd` clauses list their extents, so
+  `tile s0.i1 1000` asks the axis of the stage's second spatial extent, 1000, in every
+  operator (`bind_axes` reads the binding off the stage's read clauses);
 - every other identifier (`local`, `outer`, `fused`, `pack`, `ax1`, ...) as it is, and
   so is a name that is no identifier.
 
+An axis is read through the stage whose word it is in: in a read clause, the stage the
+clause belongs to; in a compound word, the stage or tensor it begins with
+(`sumsq.k.outer.v` -> `s0.r0.outer.v`). The same letter may be `i0` of one stage and
+`i1` of another.
+
 A name that is also a word of the language (a stage called `reduce`) is read by place
-inside a compound word (`reduce.k` -> `s0.a1`) and, standing alone, where the language
+inside a compound word (`reduce.k` -> `s0.r0`) and, standing alone, where the language
 puts a tensor or stage name: after `stage`, `input`, `read` or a question's kind
 (`parallel reduce` -> `parallel s0`). Elsewhere the bare word is the language's own
 (`stage reduce reduce sp` -> `stage s0 reduce sp`). So a row reduction whose stage is
 called `reduce` is read as every other row reduction is.
 
-A word is read identifier by identifier (`C.local.i.c` -> `s0.local.a0.c`,
-`p*2+rr` -> `a2*2+a4`), so the vocabulary of place words is closed: the same few hundred
+A word is read identifier by identifier (`C.local.i.c` -> `s0.local.i0.c`,
+`p*2+rr` -> `i2*2+r1`), so the vocabulary of place words is closed: the same few hundred
 words for any operator. The map is a bijection built from the sentence's own prompt, so
 `real(placed(w)) == w` and decoding needs nothing but the prompt.
 """
 from __future__ import annotations
 
+import itertools
 import re
+from dataclasses import dataclass, field
 from typing import Sequence
 
 from ..errors import LanguageError
 from .language import QUESTION_KEYWORDS, RESERVED_WORDS
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_INT = re.compile(r"\d+\Z")
 # the words after which the language writes a tensor or stage name, standing alone
 _NAME_AFTER = frozenset(("stage", "input", "read", *QUESTION_KEYWORDS))
+_CLAUSE_WORDS = frozenset(("read", "stage", "input", "hw"))
 
 
-def _prompt_clauses(words: Sequence[str]):
-    """(inputs, stages, index words of the reads) of the task prompt in `words`."""
-    inputs, stages, indices = [], [], []
+@dataclass
+class StageClause:
+    """One `stage` clause of a prompt: its extents and what it reads."""
+    name: str
+    sp: list[int] = field(default_factory=list)
+    rd: list[int] = field(default_factory=list)
+    reads: list[tuple[str, list[str]]] = field(default_factory=list)  # (tensor, index words)
+
+
+def prompt_clauses(words: Sequence[str]) -> tuple[list[tuple[str, list[int]]], list[StageClause]]:
+    """The inputs (name, shape) and stage clauses of the task prompt in `words`."""
+    inputs: list[tuple[str, list[int]]] = []
+    stages: list[StageClause] = []
     try:
-        start, end = words.index("task"), words.index("hw")
+        k, end = words.index("task") + 1, words.index("hw")
     except ValueError:
-        return inputs, stages, indices
-    k = start + 1
+        return inputs, stages
     while k < end:
         w = words[k]
-        if w == "input":
-            inputs.append(words[k + 1])
-            k += 2
-        elif w == "stage":
-            stages.append(words[k + 1])
-            k += 2
-        elif w == "read":
-            k += 2
-            while k < end and words[k] not in ("read", "stage", "input"):
-                indices.append(words[k])
+        if w == "input" and k + 1 < end:
+            name, k = words[k + 1], k + 2
+            shape = []
+            while k < end and _INT.match(words[k]):
+                shape.append(int(words[k]))
                 k += 1
+            inputs.append((name, shape))
+        elif w == "stage" and k + 1 < end:
+            stages.append(StageClause(words[k + 1]))
+            k += 3  # the name and elem / reduce
+            extents = stages[-1].sp
+            while k < end and (words[k] in ("sp", "rd") or _INT.match(words[k])):
+                if words[k] in ("sp", "rd"):
+                    extents = stages[-1].sp if words[k] == "sp" else stages[-1].rd
+                else:
+                    extents.append(int(words[k]))
+                k += 1
+        elif w == "read" and k + 1 < end:
+            tensor, k = words[k + 1], k + 2
+            index = []
+            while k < end and words[k] not in _CLAUSE_WORDS:
+                index.append(words[k])
+                k += 1
+            if stages:
+                stages[-1].reads.append((tensor, index))
         else:
             k += 1
-    return inputs, stages, indices
+    return inputs, stages
+
+
+def _fits(names: Sequence[str], extents: Sequence[int], known: dict[str, int]) -> bool:
+    """Can `names` take slots of `extents`, each name of known extent a slot of that extent?"""
+    free = list(extents)
+    for n in names:
+        if n in known:
+            if known[n] not in free:
+                return False
+            free.remove(known[n])
+    return len(names) <= len(extents)
+
+
+def _slots(names: Sequence[str], extents: Sequence[int], known: dict[str, int]) -> dict[str, int]:
+    """Each name's slot: a name of known extent the first free slot of that extent, the
+    others the free slots left, in the order the names are first used."""
+    slot: dict[str, int] = {}
+    free = list(range(len(extents)))
+    for n in names:
+        match = [s for s in free if n in known and extents[s] == known[n]]
+        if match:
+            slot[n] = match[0]
+            free.remove(match[0])
+    for n in names:
+        if n not in slot and free:
+            slot[n] = free.pop(0)
+    return slot
+
+
+def bind_axes(stage: StageClause, shapes: dict[str, list[int]]) -> dict[str, str]:
+    """Each axis name of `stage`'s read clauses -> `i<k>` (its k-th spatial extent) or
+    `r<k>` (its k-th reduce extent), read off the reads: an index that is a bare name
+    runs over the extent of the dimension it indexes; the reduce axes are the names whose
+    extents fit the `rd` list, preferring names that do not lead a compound index (`p` of
+    `p*2+rr` is an output position, `rr` the window), then names read from more tensors
+    (the contracted `k` of `A[i, k] * B[k, j]`), then names used later. A name no slot is
+    left for is `a<n>`."""
+    order: list[str] = []
+    tensors: dict[str, set[str]] = {}
+    leads: set[str] = set()
+    extents: dict[str, set[int]] = {}
+    for tensor, index in stage.reads:
+        shape = shapes.get(tensor)
+        for d, w in enumerate(index):
+            idents = _IDENT.findall(w)
+            for ident in idents:
+                if ident not in tensors:
+                    order.append(ident)
+                    tensors[ident] = set()
+                tensors[ident].add(tensor)
+            if len(idents) > 1:
+                leads.add(idents[0])
+            if shape is not None and len(shape) == len(index) and _IDENT.fullmatch(w):
+                extents.setdefault(w, set()).add(shape[d])
+    known = {n: next(iter(e)) for n, e in extents.items() if len(e) == 1}
+
+    def preference(reduce: tuple[str, ...]) -> tuple:
+        spatial = [n for n in order if n not in reduce]
+        return (_fits(reduce, stage.rd, known) and _fits(spatial, stage.sp, known),
+                -sum(n in leads for n in reduce), sum(len(tensors[n]) for n in reduce),
+                sum(order.index(n) for n in reduce))
+    reduce = max(itertools.combinations(order, min(len(stage.rd), len(order))), key=preference)
+    places = {n: f"r{k}" for n, k in _slots(reduce, stage.rd, known).items()}
+    places.update((n, f"i{k}") for n, k in _slots([n for n in order if n not in reduce], stage.sp,
+                                                  known).items())
+    for n in order:
+        if n not in places:
+            places[n] = f"a{sum(p.startswith('a') for p in places.values())}"
+    return places
 
 
 def _readable(name: str) -> bool:
@@ -73,58 +177,107 @@ class PlaceNames:
     """The bijection between the names of one prompt and their place words."""
 
     def __init__(self, prompt: Sequence[str]):
-        inputs, stages, indices = _prompt_clauses(list(prompt))
-        self.to_place: dict[str, str] = {}
-        for prefix, names in (("in", inputs), ("s", stages)):
+        inputs, stages = prompt_clauses(list(prompt))
+        self.to_place: dict[str, str] = {}  # tensors and stages
+        for prefix, names in (("in", [n for n, _ in inputs]), ("s", [st.name for st in stages])):
             for k, name in enumerate(names):
                 if _readable(name) and name not in self.to_place:
                     self.to_place[name] = f"{prefix}{k}"
-        axes = 0
-        for word in indices:
-            for ident in _IDENT.findall(word):
-                if _readable(ident) and ident not in self.to_place:
-                    self.to_place[ident] = f"a{axes}"
-                    axes += 1
         self.to_real = {p: n for n, p in self.to_place.items()}
+        shapes = dict(inputs)
+        shapes.update((st.name, st.sp) for st in stages)
+        self.axes: dict[str, dict[str, str]] = {}  # stage -> its axis names -> places
+        for st in stages:
+            if st.name not in self.axes:
+                self.axes[st.name] = {n: p for n, p in bind_axes(st, shapes).items()
+                                      if n not in self.to_place}
+        # by the stage's place word: what `real` reads
+        self.axes_real = {self.to_place.get(s, s): {p: n for n, p in a.items()}
+                          for s, a in self.axes.items()}
 
-    def placed(self, word: str, after: str | None = None) -> str:
-        """`word` with every name replaced by its place. A word of the language standing
-        alone is a name only where the word before it (`after`) is `stage`, `input`,
-        `read` or a question's kind; elsewhere it stays the language's own."""
+    @property
+    def words(self) -> set[str]:
+        """Every place word this prompt's names are read as."""
+        return set(self.to_place.values()) | {p for a in self.axes.values() for p in a.values()}
+
+    def _map(self, word: str, to: dict[str, str], axes: dict[str, dict[str, str]],
+             stage: str | None) -> str:
+        """`word` identifier by identifier through `to`, the axes through those of `stage`
+        (a read clause's) or of the stage or tensor the word begins with."""
+        if stage is None:
+            first = _IDENT.match(word)
+            stage = first.group(0) if first else None
+        own = axes.get(stage, {})
+        return _IDENT.sub(lambda m: own.get(m.group(0)) or to.get(m.group(0), m.group(0)), word)
+
+    def placed(self, word: str, after: str | None = None, stage: str | None = None) -> str:
+        """`word` with every name replaced by its place (`stage`: the stage of the read
+        clause it is in). A word of the language standing alone is a name only where the
+        word before it (`after`) is `stage`, `input`, `read` or a question's kind;
+        elsewhere it stays the language's own."""
         if word in RESERVED_WORDS and after not in _NAME_AFTER:
             return word
-        return _IDENT.sub(lambda m: self.to_place.get(m.group(0), m.group(0)), word)
+        return self._map(word, self.to_place, self.axes, stage)
 
     def placed_words(self, words: Sequence[str]) -> list[str]:
         """`words` (a sentence, or a fragment from a question's kind on) read by place,
-        each after the word before it."""
-        return [self.placed(w, words[k - 1] if k else None) for k, w in enumerate(words)]
+        each after the word before it and a read clause's axes through its stage."""
+        return [self.placed(w, words[k - 1] if k else None, stage) for k, w, stage in _walk(words)]
 
-    def real(self, word: str) -> str:
+    def real(self, word: str, stage: str | None = None) -> str:
         """The inverse of `placed` (place words the prompt does not have stay as they are)."""
-        return _IDENT.sub(lambda m: self.to_real.get(m.group(0), m.group(0)), word)
+        return self._map(word, self.to_real, self.axes_real, stage)
+
+    def real_words(self, words: Sequence[str]) -> list[str]:
+        """The inverse of `placed_words`."""
+        return [self.real(w, stage) for _, w, stage in _walk(words)]
 
     def check(self, words: Sequence[str]) -> None:
         """Refuse a sentence whose words hold, as an identifier that is no name of its
         prompt, a word some name is read as (it could not be told from that name)."""
-        for w in words:
-            for ident in _IDENT.findall(w):
-                if ident not in self.to_place and ident in self.to_real:
+        for _, w, stage in _walk(words):
+            idents = _IDENT.findall(w)
+            own = self.axes.get(stage or (idents[0] if idents else ""), {})
+            real = {p: n for n, p in own.items()} | self.to_real
+            for ident in idents:
+                if ident not in self.to_place and ident not in own and ident in real:
                     raise LanguageError(f"word {w!r} holds {ident!r}, which is also the place of "
-                                        f"name {self.to_real[ident]!r}: the sentence cannot be read by place")
+                                        f"name {real[ident]!r}: the sentence cannot be read by place")
+
+
+def _walk(words: Sequence[str]):
+    """(position, word, the stage whose read clause holds the word or None) over `words`."""
+    stage, reading = None, 0
+    for k, w in enumerate(words):
+        if w in _CLAUSE_WORDS and reading != 1:
+            reading = 1 if w == "read" else 0
+            if w == "hw":
+                stage = None
+            yield k, w, None
+            continue
+        if k and words[k - 1] == "stage" and reading == 0:
+            stage = w
+        if reading == 1:  # the tensor a read clause reads
+            reading = 2
+            yield k, w, None
+            continue
+        yield k, w, stage if reading == 2 else None
 
 
 class _AsWritten:
     """Names as their author wrote them: what a tokenizer without places reads."""
 
-    def placed(self, word: str, after: str | None = None) -> str:
+    def placed(self, word: str, after: str | None = None, stage: str | None = None) -> str:
         return word
 
     def placed_words(self, words: Sequence[str]) -> list[str]:
         return list(words)
 
-    def real(self, word: str) -> str:
+    def real(self, word: str, stage: str | None = None) -> str:
         return word
+
+    def real_words(self, words: Sequence[str]) -> list[str]:
+        return list(words)
 
     def check(self, words: Sequence[str]) -> None:
         pass

@@ -130,8 +130,9 @@ def space_words(task, hw: HardwareParams, samples_per_sketch: int = 2, seed: int
     words |= extent_words(task, {int(w) for w in words if _is_int(w)})
     words.update(str(i) for i in SMALL_INTS)
     if places:
-        names = PlaceNames(prefix_words(task, hw))
-        return {names.placed(w) for w in words} | set(names.to_place.values())
+        prompt = prefix_words(task, hw)
+        names = PlaceNames(prompt)
+        return set(names.placed_words(prompt)) | {names.placed(w) for w in words - set(prompt)} | names.words
     return words
 
 
