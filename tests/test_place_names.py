@@ -138,6 +138,14 @@ def test_axes_are_read_by_the_extent_they_run_over(op, spatial, reduce):
     assert names.axes[main] == want
 
 
+def test_a_stage_keeps_the_roles_an_earlier_stage_gave_its_axes():
+    """layernorm's var reads mean[i] (i from two tensors) but reduces over k, as mean does."""
+    task = Task.from_op(tlmir.ops.layernorm(64, 64))
+    names = PlaceNames(trace_to_sentence(task, HW, SearchSpace(task.outputs, HW).apply(
+        0, RandomDecider(random.Random(0)))[1]).split())
+    assert names.axes["mean"] == names.axes["var"] == {"i": "i0", "k": "r0"}
+
+
 def test_max_pool_window_axes_are_its_reduce_axes():
     prompt = "<s> v4 task input X 1 8 9 9 stage pool reduce sp 1 8 4 4 rd 3 3 read X n c p*2+rr q*2+rs hw"
     names = PlaceNames(prompt.split())

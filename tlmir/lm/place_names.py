@@ -35,6 +35,7 @@ words for any operator. The map is a bijection built from the sentence's own pro
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from dataclasses import dataclass, field
@@ -126,11 +127,13 @@ def _slots(names: Sequence[str], extents: Sequence[int], known: dict[str, int]) 
     return slot
 
 
-def bind_axes(stage: StageClause, shapes: dict[str, list[int]]) -> dict[str, str]:
+def bind_axes(stage: StageClause, shapes: dict[str, list[int]],
+              roles: dict[str, str] | None = None) -> dict[str, str]:
     """Each axis name of `stage`'s read clauses -> `i<k>` (its k-th spatial extent) or
     `r<k>` (its k-th reduce extent), read off the reads: an index that is a bare name
     runs over the extent of the dimension it indexes; the reduce axes are the names whose
-    extents fit the `rd` list, preferring names that do not lead a compound index (`p` of
+    extents fit the `rd` list, preferring names that keep the role (`i` or `r`) an earlier
+    stage gave them (`roles`), then names that do not lead a compound index (`p` of
     `p*2+rr` is an output position, `rr` the window), then names read from more tensors
     (the contracted `k` of `A[i, k] * B[k, j]`), then names used later. A name no slot is
     left for is `a<n>`."""
@@ -152,10 +155,12 @@ def bind_axes(stage: StageClause, shapes: dict[str, list[int]]) -> dict[str, str
             if shape is not None and len(shape) == len(index) and _IDENT.fullmatch(w):
                 extents.setdefault(w, set()).add(shape[d])
     known = {n: next(iter(e)) for n, e in extents.items() if len(e) == 1}
+    roles = roles or {}
 
     def preference(reduce: tuple[str, ...]) -> tuple:
         spatial = [n for n in order if n not in reduce]
-        return (_fits(reduce, stage.rd, known) and _fits(spatial, stage.sp, known),
+        kept = sum(roles.get(n) == "r" for n in reduce) + sum(roles.get(n) == "i" for n in spatial)
+        return (_fits(reduce, stage.rd, known) and _fits(spatial, stage.sp, known), kept,
                 -sum(n in leads for n in reduce), sum(len(tensors[n]) for n in reduce),
                 sum(order.index(n) for n in reduce))
     reduce = max(itertools.combinations(order, min(len(stage.rd), len(order))), key=preference)
@@ -173,24 +178,44 @@ def _readable(name: str) -> bool:
     return bool(_IDENT.fullmatch(name))
 
 
+def _bind_stages(stages, names, shapes) -> dict[str, dict[str, str]]:
+    """stage -> its axis names -> places (`bind_axes`), each stage keeping the roles the
+    stages before it gave a name; `names` (tensors and stages) are no axes."""
+    axes: dict[str, dict[str, str]] = {}
+    roles: dict[str, str] = {}
+    for st in stages:
+        if st.name not in axes:
+            axes[st.name] = {n: p for n, p in bind_axes(st, shapes, roles).items() if n not in names}
+            for n, p in axes[st.name].items():
+                roles.setdefault(n, p[0])
+    return axes
+
+
+@functools.lru_cache(maxsize=4096)  # a corpus has a few thousand prompts, each in many sentences
+def _prompt_places(prompt: tuple[str, ...]) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    """(tensor and stage names -> places, stage -> axis names -> places) of a prompt."""
+    inputs, stages = prompt_clauses(prompt)
+    to_place: dict[str, str] = {}
+    for prefix, names in (("in", [n for n, _ in inputs]), ("s", [st.name for st in stages])):
+        for k, name in enumerate(names):
+            if _readable(name) and name not in to_place:
+                to_place[name] = f"{prefix}{k}"
+    shapes = dict(inputs)
+    shapes.update((st.name, st.sp) for st in stages)
+    return to_place, _bind_stages(stages, set(to_place), shapes)
+
+
 class PlaceNames:
     """The bijection between the names of one prompt and their place words."""
 
     def __init__(self, prompt: Sequence[str]):
-        inputs, stages = prompt_clauses(list(prompt))
-        self.to_place: dict[str, str] = {}  # tensors and stages
-        for prefix, names in (("in", [n for n, _ in inputs]), ("s", [st.name for st in stages])):
-            for k, name in enumerate(names):
-                if _readable(name) and name not in self.to_place:
-                    self.to_place[name] = f"{prefix}{k}"
+        words = list(prompt)
+        task = words.index("task") if "task" in words else 0
+        end = words.index("hw") + 1 if "hw" in words else 0
+        to_place, axes = _prompt_places(tuple(words[task:end]))
+        self.to_place: dict[str, str] = dict(to_place)  # tensors and stages
         self.to_real = {p: n for n, p in self.to_place.items()}
-        shapes = dict(inputs)
-        shapes.update((st.name, st.sp) for st in stages)
-        self.axes: dict[str, dict[str, str]] = {}  # stage -> its axis names -> places
-        for st in stages:
-            if st.name not in self.axes:
-                self.axes[st.name] = {n: p for n, p in bind_axes(st, shapes).items()
-                                      if n not in self.to_place}
+        self.axes = {s: dict(a) for s, a in axes.items()}  # stage -> its axis names -> places
         # by the stage's place word: what `real` reads
         self.axes_real = {self.to_place.get(s, s): {p: n for n, p in a.items()}
                           for s, a in self.axes.items()}
