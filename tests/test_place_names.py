@@ -151,3 +151,23 @@ def test_max_pool_window_axes_are_its_reduce_axes():
     names = PlaceNames(prompt.split())
     assert names.axes["pool"] == {"n": "i0", "c": "i1", "p": "i2", "q": "i3", "rr": "r0", "rs": "r1"}
     assert names.placed("q*2+rs", stage="pool") == "i3*2+r1"
+
+
+def test_large_extents_are_read_by_place_so_an_unseen_extent_is_no_unk():
+    """An extent above 1024 the vocabulary was not built from reads as n0, which the
+    model can copy into the question that asks about it, and decodes back."""
+    task = row_norm(m=8, n=3000)
+    seen = build_tokenizer([row_norm(m=8, n=4096)], HW, places=True)
+    assert seen.numbers and "3000" not in seen._vocab and "n0" in seen._vocab
+    space = SearchSpace(task.outputs, HW)
+    for seed in range(3):
+        sentence = trace_to_sentence(task, HW, space.apply(0, RandomDecider(random.Random(seed)))[1])
+        ids = seen.encode(sentence, strict=True)
+        assert seen.unk_id not in ids and ids.count(seen.id("n0")) == sentence.split().count("3000")
+        names = seen.names(sentence.split())
+        assert names.real_words(seen.decode(ids).split()) == sentence.split()
+    names = PlaceNames("<s> v4 task input x 8 3000 stage y elem sp 8 3000 read x i j hw".split(), numbers=True)
+    assert names.placed("3000") == "n0" and names.placed("1024") == "1024" and names.real("n0") == "3000"
+    assert PlaceNames("<s> v4 task input x 3000 stage y elem sp 3000 read x i hw".split()).placed("3000") == "3000"
+    with pytest.raises(LanguageError, match="'n0'"):
+        names.check(["tile", "y.n0", "4"])  # `n0` is no axis of y, and 3000 is read as n0

@@ -300,8 +300,8 @@ def add_parsers(sub) -> None:
                     help="cpu (the shipped models' language) or cuda:sm_XX: the GPU spaces' language, "
                          "a vocabulary of its own")
     tb.add_argument("--places", action="store_true",
-                    help="names by place (tlmir.lm.place_names): in0 s1 a2 for every operator's "
-                         "tensors, stages and axes")
+                    help="names by place (tlmir.lm.place_names): in0 s1 i0 r0 for every operator's "
+                         "tensors, stages and axes, n0 for its extents above 1024")
     tb.set_defaults(fn=cmd_tokenizer_build)
     tg = tks.add_parser("grow", help="append the words of today's space a model's vocabulary lacks "
                                      "(new embedding rows; every old word keeps its id)")

@@ -28,6 +28,13 @@ puts a tensor or stage name: after `stage`, `input`, `read` or a question's kind
 (`stage reduce reduce sp` -> `stage s0 reduce sp`). So a row reduction whose stage is
 called `reduce` is read as every other row reduction is.
 
+With `numbers`, the extents of the prompt above the integers every vocabulary holds
+(`LARGEST_WORD_NUMBER`, 1024) are read by place too: `n0 n1 ...` in the order the task
+prompt first writes them, and so is every word of the sentence that is one of those
+numbers (`tile s0.i1 3000` -> `tile s0.i1 n0`). A vocabulary holds the extents of the
+tasks it was built from; an operator's other extents would be `<unk>`, a word a model
+can neither read nor copy into the question that asks about it.
+
 A word is read identifier by identifier (`C.local.i.c` -> `s0.local.i0.c`,
 `p*2+rr` -> `i2*2+r1`), so the vocabulary of place words is closed: the same few hundred
 words for any operator. The map is a bijection built from the sentence's own prompt, so
@@ -49,6 +56,8 @@ _INT = re.compile(r"\d+\Z")
 # the words after which the language writes a tensor or stage name, standing alone
 _NAME_AFTER = frozenset(("stage", "input", "read", *QUESTION_KEYWORDS))
 _CLAUSE_WORDS = frozenset(("read", "stage", "input", "hw"))
+LARGEST_WORD_NUMBER = 1024  # every vocabulary holds the integers 0 .. this as words
+NUMBER_PLACES = 8  # n0 .. n7: a prompt's further large extents stay as written
 
 
 @dataclass
@@ -205,14 +214,28 @@ def _prompt_places(prompt: tuple[str, ...]) -> tuple[dict[str, str], dict[str, d
     return to_place, _bind_stages(stages, set(to_place), shapes)
 
 
-class PlaceNames:
-    """The bijection between the names of one prompt and their place words."""
+def number_places(prompt: Sequence[str]) -> dict[str, str]:
+    """The task prompt's integers above LARGEST_WORD_NUMBER -> `n0 n1 ...`, by first use."""
+    places: dict[str, str] = {}
+    for w in prompt:
+        if w == "hw":
+            break
+        if _INT.match(w) and int(w) > LARGEST_WORD_NUMBER and w not in places and len(places) < NUMBER_PLACES:
+            places[w] = f"n{len(places)}"
+    return places
 
-    def __init__(self, prompt: Sequence[str]):
+
+class PlaceNames:
+    """The bijection between the names (and, with `numbers`, the large extents) of one
+    prompt and their place words."""
+
+    def __init__(self, prompt: Sequence[str], numbers: bool = False):
         words = list(prompt)
         task = words.index("task") if "task" in words else 0
         end = words.index("hw") + 1 if "hw" in words else 0
         to_place, axes = _prompt_places(tuple(words[task:end]))
+        self.numbers = number_places(words[task:end]) if numbers else {}
+        self.numbers_real = {p: n for n, p in self.numbers.items()}
         self.to_place: dict[str, str] = dict(to_place)  # tensors and stages
         self.to_real = {p: n for n, p in self.to_place.items()}
         self.axes = {s: dict(a) for s, a in axes.items()}  # stage -> its axis names -> places
@@ -222,8 +245,9 @@ class PlaceNames:
 
     @property
     def words(self) -> set[str]:
-        """Every place word this prompt's names are read as."""
-        return set(self.to_place.values()) | {p for a in self.axes.values() for p in a.values()}
+        """Every place word this prompt's names and numbers are read as."""
+        return (set(self.to_place.values()) | {p for a in self.axes.values() for p in a.values()}
+                | set(self.numbers.values()))
 
     def _map(self, word: str, to: dict[str, str], axes: dict[str, dict[str, str]],
              stage: str | None) -> str:
@@ -240,6 +264,8 @@ class PlaceNames:
         clause it is in). A word of the language standing alone is a name only where the
         word before it (`after`) is `stage`, `input`, `read` or a question's kind;
         elsewhere it stays the language's own."""
+        if word in self.numbers:
+            return self.numbers[word]
         if word in RESERVED_WORDS and after not in _NAME_AFTER:
             return word
         return self._map(word, self.to_place, self.axes, stage)
@@ -251,6 +277,8 @@ class PlaceNames:
 
     def real(self, word: str, stage: str | None = None) -> str:
         """The inverse of `placed` (place words the prompt does not have stay as they are)."""
+        if word in self.numbers_real:
+            return self.numbers_real[word]
         return self._map(word, self.to_real, self.axes_real, stage)
 
     def real_words(self, words: Sequence[str]) -> list[str]:
@@ -263,7 +291,7 @@ class PlaceNames:
         for _, w, stage in _walk(words):
             idents = _IDENT.findall(w)
             own = self.axes.get(stage or (idents[0] if idents else ""), {})
-            real = {p: n for n, p in own.items()} | self.to_real
+            real = {p: n for n, p in own.items()} | self.to_real | self.numbers_real
             for ident in idents:
                 if ident not in self.to_place and ident not in own and ident in real:
                     raise LanguageError(f"word {w!r} holds {ident!r}, which is also the place of "

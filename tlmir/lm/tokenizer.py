@@ -16,10 +16,12 @@ vocabulary when the tokenizer is rebuilt (tests/test_vocabulary.py fails until t
 For a GPU (`hw` of kind cuda: `tlmir tokenizer build --target cuda:sm_90`) the same walk
 covers the GPU rules' spaces and every GPU class's prompt instead: a vocabulary of its
 own, so the shipped CPU models' ids never change.
-With `places`, the vocabulary holds names by place (tlmir.lm.place_names): `in0 s1 a2`
+With `places`, the vocabulary holds names by place (tlmir.lm.place_names): `in0 s1 i0`
 for the tensors, stages and axes a prompt declares, so any operator's names are words it
 has, and a sentence is encoded through the map its own prompt gives. The word `<places>`
-in the vocabulary says so (and changes its hash).
+in the vocabulary says so (and changes its hash); `<numbers>` beside it says the prompt's
+extents above 1024 are read by place too (`n0 n1 ...`), so no operator's extent is
+`<unk>`. A tokenizer built with places has both.
 Saved as one JSON file (`tokenizers`' own format); `hash` identifies the vocabulary, to
 check a checkpoint matches.
 """
@@ -35,12 +37,13 @@ from ..errors import LanguageError
 from ..runtime.target import GPU_CLASSES, HardwareParams, gpu_variants, hardware_variants, host_hardware
 from ..schedule.decider import Decider
 from .language import RESERVED_WORDS, VERSION, _is_int, decision_words, hw_prompt, prefix_words
-from .place_names import AS_WRITTEN, PlaceNames
+from .place_names import AS_WRITTEN, LARGEST_WORD_NUMBER, NUMBER_PLACES, PlaceNames
 
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
 SPECIAL = (PAD, UNK, BOS, EOS)
 PLACES = "<places>"  # in a vocabulary: it reads names by place
-SMALL_INTS = range(0, 1025)
+NUMBERS = "<numbers>"  # in a vocabulary: it reads a prompt's large extents by place
+SMALL_INTS = range(0, LARGEST_WORD_NUMBER + 1)
 # the hardware whose rules offer different sketches and options (rfactor depends on the
 # core count, the parallel fuse limit on cores, vectorization on the lanes)
 RULE_HARDWARE = (HardwareParams("cpu", "avx512", 2, 16, 32, 1024),
@@ -131,7 +134,7 @@ def space_words(task, hw: HardwareParams, samples_per_sketch: int = 2, seed: int
     words.update(str(i) for i in SMALL_INTS)
     if places:
         prompt = prefix_words(task, hw)
-        names = PlaceNames(prompt)
+        names = PlaceNames(prompt, numbers=True)
         return set(names.placed_words(prompt)) | {names.placed(w) for w in words - set(prompt)} | names.words
     return words
 
@@ -179,6 +182,7 @@ class Tokenizer:
         self.pad_id, self.unk_id, self.bos_id, self.eos_id = range(4)
         self.hash = hashlib.sha256("\n".join(self._words).encode()).hexdigest()[:16]
         self.places = PLACES in self._vocab
+        self.numbers = NUMBERS in self._vocab
         if VERSION not in self._vocab:
             raise LanguageError(f"tokenizer does not speak tensor language {VERSION} (a model of an "
                                 f"older version is retrained: docs/model.md)")
@@ -258,7 +262,7 @@ class Tokenizer:
     def names(self, prompt: Sequence[str]):
         """How this tokenizer reads the names of a sentence whose words begin with `prompt`:
         by place (a PlaceNames) or as written (AS_WRITTEN)."""
-        return PlaceNames(prompt) if self.places else AS_WRITTEN
+        return PlaceNames(prompt, self.numbers) if self.places else AS_WRITTEN
 
     def _placed(self, words: str | Sequence[str], names=None) -> str | list[str]:
         """`words` as this vocabulary spells them: as they are, or with the names of a
@@ -267,7 +271,7 @@ class Tokenizer:
             return words
         wl = words.split() if isinstance(words, str) else list(words)
         if names is None:
-            names = PlaceNames(wl)
+            names = PlaceNames(wl, self.numbers)
             names.check(wl)
         return names.placed_words(wl)
 
@@ -327,7 +331,9 @@ def language_words(tasks: Iterable, hw: HardwareParams | None = None, samples_pe
     language of GPU targets; `places`: names by place."""
     host = hw or host_hardware()
     gpu = host.kind == "cuda"
-    words: set[str] = set(SPECIAL) | set(RESERVED_WORDS) | ({PLACES} if places else set())
+    words: set[str] = set(SPECIAL) | set(RESERVED_WORDS)
+    if places:
+        words |= {PLACES, NUMBERS} | {f"n{k}" for k in range(NUMBER_PLACES)}
     for variant in (*(gpu_variants() if gpu else hardware_variants()), host):
         words.update(hw_prompt(variant))
     words.update(str(i) for i in SMALL_INTS)
