@@ -76,8 +76,10 @@ def test_prefix_words_ask_for_a_tier_only_when_given():
 
 def test_extended_tokenizer_and_grown_model_keep_the_old_words():
     base, tok, _ = load_model(BASE_MODEL)
-    grown_tok = tok.extended([QUALITY, "sketch"])  # a word it has is not added twice
-    assert grown_tok.vocab_size == tok.vocab_size + 1 and grown_tok.id(QUALITY) == tok.vocab_size
+    word = "<a-new-word>"
+    assert tok.id(word) == tok.unk_id
+    grown_tok = tok.extended([word, "sketch"])  # a word it has is not added twice
+    assert grown_tok.vocab_size == tok.vocab_size + 1 and grown_tok.id(word) == tok.vocab_size
     assert all(grown_tok.id(tok.word(i)) == i for i in range(tok.vocab_size))
     with pytest.raises(LanguageError, match="not a single word"):
         tok.extended(["two words"])
@@ -111,10 +113,11 @@ def test_conditioned_sft_learns_what_each_tier_looks_like(tmp_path):
     logs = []
     stats = sft(str(tmp_path / "base"), demos, str(tmp_path / "q"), epochs=300, batch_size=4, lr=3e-3,
                 quality=quality_config(), log=logs.append)
-    assert stats["completed"] and any("vocabulary grown by ['quality']" in line for line in logs)
+    grown = tok.id(QUALITY) == tok.unk_id  # a vocabulary built since holds the word already
+    assert stats["completed"] and grown == any("vocabulary grown by ['quality']" in line for line in logs)
     assert not (tmp_path / "q.init").exists()
     model, qtok, meta = load_model(str(tmp_path / "q"))
-    assert qtok.vocab_size == tok.vocab_size + 1 and prompt_tier(meta) == 0
+    assert qtok.vocab_size == tok.vocab_size + grown and prompt_tier(meta) == 0
 
     def p_sketch(sketch, q):  # the first answer: which sketch the prompt's tier leads to
         ids = torch.tensor([qtok.encode(prefix_words(task, HW, q))])

@@ -178,7 +178,7 @@ def test_evolutionary_search_with_the_world_model_resumes_after_a_kill(tmp_path,
 
 def test_the_shipped_evaluator_loads_within_its_size_and_scores_programs():
     ev = cached_evaluator()
-    assert ev.model.config.vocab_size == TOK.vocab_size
+    assert ev.model.config.vocab_size == ev.tok.vocab_size
     assert os.path.getsize(os.path.join(REPO, "tlmir", "lm", "models", "evaluator", "model.safetensors")) < 20e6
     progs = _with_features(_toy_programs(8)) if ev.reads_features else _toy_programs(8)
     scores = ev.score_programs(progs)

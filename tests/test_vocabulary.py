@@ -58,8 +58,8 @@ def test_shipped_vocabulary_covers_every_answer_of_the_split(split):
     for task in tasks:
         by_structure.setdefault(_structure(task), task.name)
         prompt = task_prompt(task)
-        names = tok.names(prompt + ["hw"])
-        lacking = tok.covers([names.placed(w) for w in prompt + sorted(extent_words(task))])
+        names = tok.names(prompt + ["hw"])  # each word read in its clause, as a sentence reads it
+        lacking = tok.covers(names.placed_words(prompt) + [names.placed(w) for w in sorted(extent_words(task))])
         if lacking:
             missing[task.name] = lacking[:8]
     names = list(by_structure.values())

@@ -9,14 +9,15 @@ import torch
 from tlmir.lm.checkpoint import load_checkpoint, save_checkpoint
 from tlmir.lm.commands import grow_vocabulary
 from tlmir.lm.model import GPT, GPTConfig
-from tlmir.lm.registry import BASE_MODEL, TOKENIZER_FILE
+from tlmir.lm.registry import MODELS, TOKENIZER_FILE
 from tlmir.lm.tokenizer import Tokenizer
 from tlmir.search.world_model import WorldModelConfig
 from tlmir.search.world_train import Evaluator, train_evaluator
 
 from test_world_model import _toy_programs
 
-TOK = Tokenizer.load(os.path.join(BASE_MODEL, TOKENIZER_FILE))
+# the evaluator's vocabulary, as written: it lacks the quality prompt's word, which SFT adds
+TOK = Tokenizer.load(os.path.join(MODELS, "evaluator", TOKENIZER_FILE))
 NEW = ["zz.n.outer.k.outer.fused", "zz.k.outer.outer", "2000000", "quality"]
 
 
