@@ -13,9 +13,10 @@ from tlmir.lm.language import QUALITY, parse_sentence, prefix_words, trace_to_se
 from tlmir.lm.quality import prompt_tier, quality_config, quality_sentences, tier, tier_counts
 from tlmir.lm.checkpoint import save_checkpoint
 from tlmir.lm.model import GPT, GPTConfig
-from tlmir.lm.registry import BASE_MODEL, MODELS, TOKENIZER_FILE, load_model
+from tlmir.lm.registry import BASE_MODEL, TOKENIZER_FILE, load_model
 from tlmir.lm.sft import answer_nll, sft
 from tlmir.lm.tokenizer import Tokenizer
+from tlmir.search.rankers import DEFAULT_EVALUATOR, evaluator_dir
 from tlmir.runtime.records import Record
 from tlmir.runtime.target import host_hardware
 from tlmir.runtime.task import Task
@@ -99,7 +100,7 @@ def test_conditioned_sft_learns_what_each_tier_looks_like(tmp_path):
     prompt makes the sketch-a programs likelier than the tier-3 prompt does, and the
     other way round; generation asks for the tier the config names."""
     task = Task.from_op(ops.dense(32, 48, 64, bias=True, act="gelu"))
-    tok = Tokenizer.load(os.path.join(MODELS, "evaluator", TOKENIZER_FILE))  # as written, no `quality`
+    tok = Tokenizer.load(os.path.join(evaluator_dir(DEFAULT_EVALUATOR), TOKENIZER_FILE))  # as written, no `quality`
     torch.manual_seed(0)  # a small base with a shipped vocabulary: it learns in seconds
     save_checkpoint(GPT(GPTConfig(vocab_size=tok.vocab_size, n_layer=2, n_head=2, n_embd=32, block_size=384)),
                     str(tmp_path / "base"))

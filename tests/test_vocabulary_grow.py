@@ -9,15 +9,16 @@ import torch
 from tlmir.lm.checkpoint import load_checkpoint, save_checkpoint
 from tlmir.lm.commands import grow_vocabulary
 from tlmir.lm.model import GPT, GPTConfig
-from tlmir.lm.registry import MODELS, TOKENIZER_FILE
+from tlmir.lm.registry import TOKENIZER_FILE
 from tlmir.lm.tokenizer import Tokenizer
+from tlmir.search.rankers import DEFAULT_EVALUATOR, evaluator_dir
 from tlmir.search.world_model import WorldModelConfig
 from tlmir.search.world_train import Evaluator, train_evaluator
 
 from test_world_model import _toy_programs
 
 # the evaluator's vocabulary, as written: it lacks the quality prompt's word, which SFT adds
-TOK = Tokenizer.load(os.path.join(MODELS, "evaluator", TOKENIZER_FILE))
+TOK = Tokenizer.load(os.path.join(evaluator_dir(DEFAULT_EVALUATOR), TOKENIZER_FILE))
 NEW = ["zz.n.outer.k.outer.fused", "zz.k.outer.outer", "2000000", "quality"]
 
 
