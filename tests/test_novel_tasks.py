@@ -6,7 +6,7 @@ import numpy as np
 
 from tlmir.build import reference_outputs
 from tlmir.ir.dag import ComputeDAG
-from tlmir.lm.novel_tasks import extent, grouped_conv, novel_tasks
+from tlmir.lm.novel_tasks import OddExtents, extent, grouped_conv, novel_tasks, odd_shape_tasks
 from tlmir.runtime.backend import compile_func
 from tlmir.runtime.measure import check_outputs
 from tlmir.schedule.decider import RandomDecider
@@ -62,6 +62,40 @@ def test_novel_te_programs_and_grouped_convolutions_lower_compile_and_match_thei
     tasks += [t for t in novel_tasks(240, seed=0)[240:] if t.flops < 3e6][:2]  # grouped convolutions
     assert len(tasks) >= 6
     for task in tasks:
+        space = SearchSpace(task.outputs)
+        kernel = compile_func(lower(space.apply(rng.randrange(len(space.sketches)),
+                                                RandomDecider(rng))[0], task.args))
+        ins = task.random_inputs(0)
+        outs = [np.zeros(t.shape, t.dtype) for t in task.outputs]
+        kernel(*ins, *outs)
+        assert not check_outputs(outs, reference_outputs(task, ins), 1e-3, 1e-3), task.name
+
+
+def test_odd_extents_reach_every_number_word_and_beyond():
+    rng = OddExtents(0)
+    drawn = [extent(rng, 8, 4096) for _ in range(4000)]
+    assert all(8 <= n <= 4096 for n in drawn)
+    assert any(n > 1024 for n in drawn)
+    seen = set(drawn)
+    assert 997 in seen or 1021 in seen or 1019 in seen  # a prime no product of small primes is
+    assert len({n for n in seen if n <= 1024}) > 700  # most number words up to 1024 turn up
+
+
+def test_odd_shape_tasks_are_deterministic_new_and_hold_numbers_novel_tasks_never_draw():
+    tasks = odd_shape_tasks(60, seed=3)
+    assert [t.key for t in tasks] == [t.key for t in odd_shape_tasks(60, seed=3)]
+    assert len({t.key for t in tasks}) == 60
+    known = {t.key for split in ("train", "held-out") for t in split_tasks(split)}
+    assert not known & {t.key for t in tasks}
+
+    def rough(n: int) -> bool:  # a factor above 7: novel_tasks never draws such an extent
+        for p in (2, 3, 5, 7):
+            while n % p == 0:
+                n //= p
+        return n > 1
+    assert any(rough(d) for t in tasks for x in t.args for d in x.shape)
+    rng = random.Random(0)
+    for task in [t for t in tasks if t.flops < 2e6][:3]:
         space = SearchSpace(task.outputs)
         kernel = compile_func(lower(space.apply(rng.randrange(len(space.sketches)),
                                                 RandomDecider(rng))[0], task.args))

@@ -83,3 +83,14 @@ def test_tuning_moves_mass_into_the_mask(samples, tmp_path):
     assert meta["validity"]["steps"] == 30 and len(stats["history"]) == 1
     assert meta["validity"]["previous"] is None  # `base` went through no validity stage before
     assert tok2.vocab_size == tok.vocab_size
+
+
+def test_train_validity_samples_odd_shape_tasks_from_the_command_line(tmp_path, capsys):
+    from tlmir.cli import main
+    out = tmp_path / "odd"
+    main(["train", "validity", "--model", "tlm", "--out", str(out), "--tasks", "1", "--novel", "0",
+          "--odd", "2", "--per-task", "1", "--hardware", HW.key, "--steps", "2", "--batch-size", "2",
+          "--scope", "sentences"])
+    _, _, meta = load_model(str(out))
+    assert meta["validity"]["sampled"]["odd"] == 2
+    assert meta["validity"]["steps"] == 2

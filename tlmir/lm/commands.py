@@ -141,8 +141,11 @@ def cmd_train_validity(args) -> None:
     hws = [HardwareParams.from_key(k) for k in args.hardware]
     tasks = tasks[:args.tasks]
     tasks += novel_split(args.novel, args.seed)
+    if args.odd:
+        from .novel_tasks import odd_shape_tasks
+        tasks += odd_shape_tasks(args.odd, args.seed)
     examples = sample_examples(model, tok, meta, tasks, hws, args.per_task, args.scope, args.seed)
-    sampled = {"tasks": args.tasks, "novel": args.novel, "seed": args.seed, "per_task": args.per_task,
+    sampled = {"tasks": args.tasks, "novel": args.novel, "odd": args.odd, "seed": args.seed, "per_task": args.per_task,
                "scope": args.scope, "hardware": list(args.hardware)}
     stats = validity_tune(model_dir(args.model), args.out, examples, steps=args.steps,
                           batch_size=args.batch_size, lr=args.lr, anchor=args.anchor, seed=args.seed,
@@ -360,6 +363,9 @@ def add_parsers(sub) -> None:
     va.add_argument("--novel", type=nonneg_int, default=600, help="tasks of no workload drawn at random "
                     "(tlmir.lm.novel_tasks) sampled beside the training tasks, so the KL anchor holds "
                     "the model where no training prompt is")
+    va.add_argument("--odd", type=nonneg_int, default=0, help="tasks of no workload at any integer extents "
+                    "(tlmir.lm.novel_tasks.odd_shape_tasks): the model learns to copy every number a "
+                    "prompt may hold into the questions (with --scope sentences)")
     va.add_argument("--per-task", type=positive_int, default=8, help="samples per task and hardware")
     va.add_argument("--hardware", nargs="+", default=list(SAMPLED_HARDWARE), help="hardware keys sampled on")
     va.add_argument("--scope", default="answers", choices=("answers", "sentences"),

@@ -23,6 +23,7 @@ transfer sources (`tlmir train sources --novel`).
 """
 from __future__ import annotations
 
+import math
 import random
 from typing import Callable
 
@@ -30,14 +31,25 @@ from .. import ops, te
 from ..errors import TlmirError
 from ..ir.dag import ComputeDAG
 from ..runtime.task import Task
+from .place_names import LARGEST_WORD_NUMBER
 
 _PRIMES = (2, 2, 2, 3, 5, 7)
 NOVEL_TASKS = 600  # how many a corpus samples and a vocabulary walks (as validity draws by default)
 
 
+class OddExtents(random.Random):
+    """A stream whose every `extent` is any integer (`odd_shape_tasks`)."""
+
+
 def extent(rng: random.Random, lo: int, hi: int) -> int:
     """An extent in [lo, hi]: half the time a power of two, else a product of small primes
-    (every factorization a tile question can meet)."""
+    (every factorization a tile question can meet); from an `OddExtents` stream any
+    integer: half the time uniform up to the largest number word (so each such number
+    turns up), else log-uniform (primes and what no product of small primes reaches)."""
+    if isinstance(rng, OddExtents):
+        if rng.random() < 0.5 and lo <= LARGEST_WORD_NUMBER:
+            return rng.randint(lo, min(hi, LARGEST_WORD_NUMBER))
+        return max(lo, min(hi, round(math.exp(rng.uniform(math.log(lo), math.log(hi + 1)) - 0.5))))
     if rng.random() < 0.5:
         powers = [1 << k for k in range(20) if lo <= 1 << k <= hi]
         if powers:
@@ -203,6 +215,17 @@ def novel_tasks(n: int, seed: int = 0, avoid: frozenset[str] = frozenset()) -> l
     known = {t.key for split in ("train", "held-out") for t in split_tasks(split)} | set(avoid)
     mixed = _draw(random.Random(seed), _mixed, n, known)
     return mixed + _draw(random.Random(f"grouped:{seed}"), _grouped, n // 8, known)
+
+
+def odd_shape_tasks(n: int, seed: int = 0) -> list[Task]:
+    """`n` tasks drawn as `novel_tasks` draws its mixed ones, every extent any integer: a
+    prompt's numbers are what a sentence copies into its questions (`tile s0.r0 640`), and
+    a number no training prompt holds is one a model has never learnt to copy (it writes
+    another). Validity training on these (`tlmir train validity --odd`) teaches the copy
+    for every number a vocabulary holds."""
+    from ..workloads import split_tasks
+    known = {t.key for split in ("train", "held-out") for t in split_tasks(split)}
+    return _draw(OddExtents(f"odd:{seed}"), _mixed, n, known)
 
 
 def split_tasks_or_novel(split: str) -> list[Task]:
