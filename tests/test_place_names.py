@@ -171,3 +171,41 @@ def test_large_extents_are_read_by_place_so_an_unseen_extent_is_no_unk():
     assert PlaceNames("<s> v4 task input x 3000 stage y elem sp 3000 read x i hw".split()).placed("3000") == "3000"
     with pytest.raises(LanguageError, match="'n0'"):
         names.check(["tile", "y.n0", "4"])  # `n0` is no axis of y, and 3000 is read as n0
+
+
+def test_tile_extents_read_by_reference_and_back():
+    """With extents, `tile <axis> <extent>` reads `ext` where the extent is the prompt's
+    extent of that axis, so no sentence copies a number; any other extent stays."""
+    prompt = "<s> v4 task input x 8 640 stage y elem sp 8 640 read x i j hw".split()
+    names = PlaceNames(prompt, numbers=True, extents=True)
+    words = "tile y.j 640 = 16 1 tile y.j 320 = 2 1 tile y.pack.ax1 640 = 8 parallel y 1 2 = 2".split()
+    placed = names.placed_words(words)
+    assert placed[:3] == ["tile", "s0.i1", "ext"] and placed[8] == "320" and placed[14] == "640"
+    assert names.real_words(placed) == words
+    assert names.placed_at(words, 2) == "ext" and names.placed_at(words, 2, "16") == "16"
+    assert PlaceNames(prompt, numbers=True).placed_words(words)[2] == "640"  # without extents
+    assert names.real_words(["tile", "s0.i1", "ext", "ext"])[2:] == ["640", "ext"]  # one per question
+    with pytest.raises(LanguageError, match="'ext'"):
+        names.check(["tile", "y.ext", "4"])
+
+
+def test_a_tokenizer_with_extents_encodes_every_tile_extent_of_the_prompt_as_one_word(tmp_path):
+    from tlmir.lm.validity import example
+    task = Task.from_op(tlmir.ops.dense(8, 24, 40))
+    tok = build_tokenizer([task], HW, places=True, extents=True)
+    tok.save(str(tmp_path / "tokenizer.json"))
+    tok = Tokenizer.load(str(tmp_path / "tokenizer.json"))
+    assert tok.extents and "ext" in tok._vocab and not build_tokenizer([task], HW, places=True).extents
+    space = SearchSpace(task.outputs, HW)
+    for seed in range(4):
+        _, trace = space.apply(seed % len(space.sketches), RandomDecider(random.Random(seed)))
+        sentence = trace_to_sentence(task, HW, trace)
+        ids = tok.encode(sentence, strict=True)
+        asked = sum(q.startswith("tile D.") for q, _ in trace.decisions)
+        assert asked and ids.count(tok.id("ext")) >= asked
+        assert tok.names(sentence.split()).real_words(tok.decode(ids).split()) == sentence.split()
+        ex = example(tok, space, task, HW, trace, scope="sentences")
+        for p, allowed in zip(ex.positions, ex.allowed):
+            assert ex.ids[p] in allowed, (tok.word(ex.ids[p]), [tok.word(i) for i in allowed])
+    with pytest.raises(LanguageError, match="names by place"):
+        build_tokenizer([task], HW, extents=True)

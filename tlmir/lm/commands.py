@@ -27,7 +27,8 @@ def cmd_sample(args) -> None:
 def cmd_tokenizer_build(args) -> None:
     from ..runtime.target import parse_target
     from .tokenizer import build_splits_tokenizer
-    tok = build_splits_tokenizer(hw=parse_target(args.target), workers=args.workers, places=args.places)
+    tok = build_splits_tokenizer(hw=parse_target(args.target), workers=args.workers, places=args.places,
+                                 extents=args.extents)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     tok.save(args.out)
     print(f"tokenizer with {tok.vocab_size} words -> {args.out}")
@@ -305,6 +306,9 @@ def add_parsers(sub) -> None:
     tb.add_argument("--places", action="store_true",
                     help="names by place (tlmir.lm.place_names): in0 s1 i0 r0 for every operator's "
                          "tensors, stages and axes, n0 for its extents above 1024")
+    tb.add_argument("--extents", action="store_true",
+                    help="with --places: a tile question's extent that is the prompt's extent of its axis "
+                         "reads `ext` (nothing to copy from the prompt)")
     tb.set_defaults(fn=cmd_tokenizer_build)
     tg = tks.add_parser("grow", help="append the words of today's space a model's vocabulary lacks "
                                      "(new embedding rows; every old word keeps its id)")

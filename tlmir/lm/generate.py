@@ -311,13 +311,13 @@ class Generator:
                 for r in alive:
                     t = sample_token(logits[r], vocab, self.sampling, self.rng)
                     feed[r] = [t]
-                    words[r].append(names.real(self.tok.word(t)))
+                    words[r].append(self.tok.word(t))
                 alive = [r for r in alive if words[r][-1] != "</s>"]
                 if not alive:
                     break
                 logits = self._step(feed, alive, cache)
             for w in words:
-                sentence = " ".join(prefix + w)
+                sentence = " ".join(prefix + names.real_words(w))
                 try:
                     out.append(Generated(sentence_to_trace(sentence), None, sentence))
                 except LanguageError as e:

@@ -35,6 +35,14 @@ numbers (`tile s0.i1 3000` -> `tile s0.i1 n0`). A vocabulary holds the extents o
 tasks it was built from; an operator's other extents would be `<unk>`, a word a model
 can neither read nor copy into the question that asks about it.
 
+With `extents`, the extent a tile question carries (`tile s0.r0 640 =`, the product of
+its answer) is read as `ext` where it is the prompt's extent of the axis asked (`r0` of
+`s0`: its stage clause's first `rd` extent; in a compound word the first axis place,
+`s0.local.i1.c` asks i1 of s0). A sentence copies that number from its
+prompt, and a number few training prompts hold is one a model copies wrongly (it writes
+another rare number); `ext` is the same word for every axis of every operator. Where the
+extent is another (a stage a rule adds, an axis already split) it stays as written.
+
 A word is read identifier by identifier (`C.local.i.c` -> `s0.local.i0.c`,
 `p*2+rr` -> `i2*2+r1`), so the vocabulary of place words is closed: the same few hundred
 words for any operator. The map is a bijection built from the sentence's own prompt, so
@@ -53,11 +61,13 @@ from .language import QUESTION_KEYWORDS, RESERVED_WORDS
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _INT = re.compile(r"\d+\Z")
+_AXIS_PLACE = re.compile(r"[ir]\d+")  # a stage's spatial or reduce axis by place
 # the words after which the language writes a tensor or stage name, standing alone
 _NAME_AFTER = frozenset(("stage", "input", "read", *QUESTION_KEYWORDS))
 _CLAUSE_WORDS = frozenset(("read", "stage", "input", "hw"))
 LARGEST_WORD_NUMBER = 1024  # every vocabulary holds the integers 0 .. this as words
 NUMBER_PLACES = 8  # n0 .. n7: a prompt's further large extents stay as written
+EXTENT_WORD = "ext"  # with `extents`: a tile question's extent that is the prompt's extent of its axis
 
 
 @dataclass
@@ -214,6 +224,21 @@ def _prompt_places(prompt: tuple[str, ...]) -> tuple[dict[str, str], dict[str, d
     return to_place, _bind_stages(stages, set(to_place), shapes)
 
 
+@functools.lru_cache(maxsize=4096)
+def _tile_extents(prompt: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
+    """(`s0.i1`, the second spatial extent of the prompt's stage s0), ... for every axis of
+    every stage read by place."""
+    to_place, _ = _prompt_places(prompt)
+    out: dict[str, int] = {}
+    for st in prompt_clauses(prompt)[1]:
+        place = to_place.get(st.name)
+        if place is not None:
+            for role, extents in (("i", st.sp), ("r", st.rd)):
+                for k, e in enumerate(extents):
+                    out.setdefault(f"{place}.{role}{k}", e)
+    return tuple(out.items())
+
+
 def number_places(prompt: Sequence[str]) -> dict[str, str]:
     """The task prompt's integers above LARGEST_WORD_NUMBER -> `n0 n1 ...`, by first use."""
     places: dict[str, str] = {}
@@ -226,16 +251,18 @@ def number_places(prompt: Sequence[str]) -> dict[str, str]:
 
 
 class PlaceNames:
-    """The bijection between the names (and, with `numbers`, the large extents) of one
-    prompt and their place words."""
+    """The bijection between the names (with `numbers`, the large extents; with `extents`,
+    the tile questions' extents) of one prompt and their place words."""
 
-    def __init__(self, prompt: Sequence[str], numbers: bool = False):
+    def __init__(self, prompt: Sequence[str], numbers: bool = False, extents: bool = False):
         words = list(prompt)
         task = words.index("task") if "task" in words else 0
         end = words.index("hw") + 1 if "hw" in words else 0
         to_place, axes = _prompt_places(tuple(words[task:end]))
         self.numbers = number_places(words[task:end]) if numbers else {}
         self.numbers_real = {p: n for n, p in self.numbers.items()}
+        # a tile question's placed axis -> the prompt's extent of it (read as EXTENT_WORD)
+        self.tile_extents = dict(_tile_extents(tuple(words[task:end]))) if extents else {}
         self.to_place: dict[str, str] = dict(to_place)  # tensors and stages
         self.to_real = {p: n for n, p in self.to_place.items()}
         self.axes = {s: dict(a) for s, a in axes.items()}  # stage -> its axis names -> places
@@ -247,7 +274,7 @@ class PlaceNames:
     def words(self) -> set[str]:
         """Every place word this prompt's names and numbers are read as."""
         return (set(self.to_place.values()) | {p for a in self.axes.values() for p in a.values()}
-                | set(self.numbers.values()))
+                | set(self.numbers.values()) | ({EXTENT_WORD} if self.tile_extents else set()))
 
     def _map(self, word: str, to: dict[str, str], axes: dict[str, dict[str, str]],
              stage: str | None) -> str:
@@ -270,10 +297,34 @@ class PlaceNames:
             return word
         return self._map(word, self.to_place, self.axes, stage)
 
+    def _axis_extent(self, placed_target: str) -> int | None:
+        """The prompt's extent of the axis a tile question's placed target names: its
+        stage's first place axis (`s0.local.i1.c` -> i1 of s0), or None."""
+        idents = _IDENT.findall(placed_target)
+        axis = next((w for w in idents[1:] if _AXIS_PLACE.fullmatch(w)), None)
+        return self.tile_extents.get(f"{idents[0]}.{axis}") if axis and idents else None
+
+    def _tile_extent(self, placed_target: str, word: str, after_tile: bool) -> bool:
+        """Is `word`, after `tile <target>`, the prompt's extent of that axis?"""
+        return (after_tile and bool(self.tile_extents) and _INT.match(word) is not None
+                and self._axis_extent(placed_target) == int(word))
+
+    def placed_at(self, words: Sequence[str], k: int, word: str | None = None) -> str:
+        """`word` (default `words[k]`) read at position k of `words`, after the words
+        before it (outside read clauses: the words a validity mask allows there)."""
+        word = words[k] if word is None else word
+        if k >= 2 and self._tile_extent(self.placed(words[k - 1], "tile"), word, words[k - 2] == "tile"):
+            return EXTENT_WORD
+        return self.placed(word, words[k - 1] if k else None)
+
     def placed_words(self, words: Sequence[str]) -> list[str]:
         """`words` (a sentence, or a fragment from a question's kind on) read by place,
         each after the word before it and a read clause's axes through its stage."""
-        return [self.placed(w, words[k - 1] if k else None, stage) for k, w, stage in _walk(words)]
+        out = [self.placed(w, words[k - 1] if k else None, stage) for k, w, stage in _walk(words)]
+        for k in range(2, len(out)):
+            if self._tile_extent(out[k - 1], words[k], words[k - 2] == "tile"):
+                out[k] = EXTENT_WORD
+        return out
 
     def real(self, word: str, stage: str | None = None) -> str:
         """The inverse of `placed` (place words the prompt does not have stay as they are)."""
@@ -282,8 +333,13 @@ class PlaceNames:
         return self._map(word, self.to_real, self.axes_real, stage)
 
     def real_words(self, words: Sequence[str]) -> list[str]:
-        """The inverse of `placed_words`."""
-        return [self.real(w, stage) for _, w, stage in _walk(words)]
+        """The inverse of `placed_words` (an `ext` where no tile question asks stays `ext`)."""
+        out = [self.real(w, stage) for _, w, stage in _walk(words)]
+        for k in range(2, len(out)):
+            extent = self._axis_extent(words[k - 1]) if words[k] == EXTENT_WORD and words[k - 2] == "tile" else None
+            if extent is not None:
+                out[k] = str(extent)
+        return out
 
     def check(self, words: Sequence[str]) -> None:
         """Refuse a sentence whose words hold, as an identifier that is no name of its
@@ -292,6 +348,8 @@ class PlaceNames:
             idents = _IDENT.findall(w)
             own = self.axes.get(stage or (idents[0] if idents else ""), {})
             real = {p: n for n, p in own.items()} | self.to_real | self.numbers_real
+            if self.tile_extents:
+                real[EXTENT_WORD] = "a tile question's extent"
             for ident in idents:
                 if ident not in self.to_place and ident not in own and ident in real:
                     raise LanguageError(f"word {w!r} holds {ident!r}, which is also the place of "
@@ -322,6 +380,9 @@ class _AsWritten:
 
     def placed(self, word: str, after: str | None = None, stage: str | None = None) -> str:
         return word
+
+    def placed_at(self, words: Sequence[str], k: int, word: str | None = None) -> str:
+        return words[k] if word is None else word
 
     def placed_words(self, words: Sequence[str]) -> list[str]:
         return list(words)

@@ -21,7 +21,9 @@ for the tensors, stages and axes a prompt declares, so any operator's names are 
 has, and a sentence is encoded through the map its own prompt gives. The word `<places>`
 in the vocabulary says so (and changes its hash); `<numbers>` beside it says the prompt's
 extents above 1024 are read by place too (`n0 n1 ...`), so no operator's extent is
-`<unk>`. A tokenizer built with places has both.
+`<unk>`. A tokenizer built with places has both; `<extents>` (built with `extents`) says
+a tile question's extent that is the prompt's extent of its axis reads `ext`, so no
+sentence copies a number from its prompt.
 Saved as one JSON file (`tokenizers`' own format); `hash` identifies the vocabulary, to
 check a checkpoint matches.
 """
@@ -37,12 +39,13 @@ from ..errors import LanguageError
 from ..runtime.target import GPU_CLASSES, HardwareParams, gpu_variants, hardware_variants, host_hardware
 from ..schedule.decider import Decider
 from .language import RESERVED_WORDS, VERSION, _is_int, decision_words, hw_prompt, prefix_words
-from .place_names import AS_WRITTEN, LARGEST_WORD_NUMBER, NUMBER_PLACES, PlaceNames
+from .place_names import AS_WRITTEN, EXTENT_WORD, LARGEST_WORD_NUMBER, NUMBER_PLACES, PlaceNames
 
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
 SPECIAL = (PAD, UNK, BOS, EOS)
 PLACES = "<places>"  # in a vocabulary: it reads names by place
 NUMBERS = "<numbers>"  # in a vocabulary: it reads a prompt's large extents by place
+EXTENTS = "<extents>"  # in a vocabulary: it reads a tile question's extent as `ext` where it is the prompt's
 SMALL_INTS = range(0, LARGEST_WORD_NUMBER + 1)
 # the hardware whose rules offer different sketches and options (rfactor depends on the
 # core count, the parallel fuse limit on cores, vectorization on the lanes)
@@ -183,6 +186,7 @@ class Tokenizer:
         self.hash = hashlib.sha256("\n".join(self._words).encode()).hexdigest()[:16]
         self.places = PLACES in self._vocab
         self.numbers = NUMBERS in self._vocab
+        self.extents = EXTENTS in self._vocab
         if VERSION not in self._vocab:
             raise LanguageError(f"tokenizer does not speak tensor language {VERSION} (a model of an "
                                 f"older version is retrained: docs/model.md)")
@@ -262,7 +266,7 @@ class Tokenizer:
     def names(self, prompt: Sequence[str]):
         """How this tokenizer reads the names of a sentence whose words begin with `prompt`:
         by place (a PlaceNames) or as written (AS_WRITTEN)."""
-        return PlaceNames(prompt, self.numbers) if self.places else AS_WRITTEN
+        return PlaceNames(prompt, self.numbers, self.extents) if self.places else AS_WRITTEN
 
     def _placed(self, words: str | Sequence[str], names=None) -> str | list[str]:
         """`words` as this vocabulary spells them: as they are, or with the names of a
@@ -271,7 +275,7 @@ class Tokenizer:
             return words
         wl = words.split() if isinstance(words, str) else list(words)
         if names is None:
-            names = PlaceNames(wl, self.numbers)
+            names = PlaceNames(wl, self.numbers, self.extents)
             names.check(wl)
         return names.placed_words(wl)
 
@@ -325,15 +329,20 @@ class Tokenizer:
 
 
 def language_words(tasks: Iterable, hw: HardwareParams | None = None, samples_per_sketch: int = 2,
-                   seed: int = 0, places: bool = False) -> set[str]:
+                   seed: int = 0, places: bool = False, extents: bool = False) -> set[str]:
     """Every word of the language of `tasks` (see the module docstring); `hw` (default:
     this host) joins the hardware whose rules are walked, and a GPU `hw` makes it the
-    language of GPU targets; `places`: names by place."""
+    language of GPU targets; `places`: names by place; `extents` (with places): tile
+    questions' extents by reference."""
+    if extents and not places:
+        raise LanguageError("a tokenizer reads tile extents by reference (`extents`) only with names by place")
     host = hw or host_hardware()
     gpu = host.kind == "cuda"
     words: set[str] = set(SPECIAL) | set(RESERVED_WORDS)
     if places:
         words |= {PLACES, NUMBERS} | {f"n{k}" for k in range(NUMBER_PLACES)}
+    if extents:
+        words |= {EXTENTS, EXTENT_WORD}
     for variant in (*(gpu_variants() if gpu else hardware_variants()), host):
         words.update(hw_prompt(variant))
     words.update(str(i) for i in SMALL_INTS)
@@ -345,20 +354,20 @@ def language_words(tasks: Iterable, hw: HardwareParams | None = None, samples_pe
 
 
 def build_tokenizer(tasks: Iterable, hw: HardwareParams | None = None, samples_per_sketch: int = 2,
-                    seed: int = 0, places: bool = False) -> Tokenizer:
+                    seed: int = 0, places: bool = False, extents: bool = False) -> Tokenizer:
     """The tokenizer of the language of `tasks` (`language_words`)."""
-    return Tokenizer.from_words(language_words(tasks, hw, samples_per_sketch, seed, places))
+    return Tokenizer.from_words(language_words(tasks, hw, samples_per_sketch, seed, places, extents))
 
 
 def _share_words(args: tuple) -> set[str]:
     """Worker: the language words of tasks start, start + step, ... of a split."""
     from .novel_tasks import split_tasks_or_novel
-    split, start, step, hw, places = args
-    return language_words(split_tasks_or_novel(split)[start::step], hw, places=places)
+    split, start, step, hw, places, extents = args
+    return language_words(split_tasks_or_novel(split)[start::step], hw, places=places, extents=extents)
 
 
 def build_splits_tokenizer(splits: Sequence[str] = ("train", "held-out"), hw: HardwareParams | None = None,
-                           workers: int = 0, places: bool = False) -> Tokenizer:
+                           workers: int = 0, places: bool = False, extents: bool = False) -> Tokenizer:
     """The tokenizer of the language of every task of `splits`, walked in `workers`
     processes. With `places` (names by place) the novel tasks' words join: names by place
     are the words any operator is read with, and those tasks hold shapes and programs of
@@ -367,7 +376,7 @@ def build_splits_tokenizer(splits: Sequence[str] = ("train", "held-out"), hw: Ha
     workers = workers or os.cpu_count() or 1
     hw = hw or host_hardware()
     splits = (*splits, "novel") if places else tuple(splits)
-    shares = [(split, i, workers, hw, places) for split in splits for i in range(workers)]
+    shares = [(split, i, workers, hw, places, extents) for split in splits for i in range(workers)]
     with mp.get_context("spawn").Pool(workers) as pool:
         parts = pool.map(_share_words, shares)
     return Tokenizer.from_words(set().union(*parts))

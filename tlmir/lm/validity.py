@@ -86,10 +86,11 @@ def example(tok: Tokenizer, space: SearchSpace, task, hw: HardwareParams, trace:
             scope: str = "answers") -> ValidityExample:
     words, scored = allowed_words(space, task, hw, trace, scope)
     names = tok.names(words)
-    # each allowed word is read after the word before it, as the sentence reads it there
-    # (names by place read a bare word of the language as a name after `at`, `read`, ...)
+    # each allowed word is read after the words before it, as the sentence reads it there
+    # (names by place read a bare word of the language as a name after `at`, `read`, ...,
+    # and a tile question's extent as `ext`)
     return ValidityExample(tok.encode(words), [p for p, _ in scored],
-                           [sorted({tok.id(names.placed(w, words[p - 1])) for w in ok})
+                           [sorted({tok.id(names.placed_at(words, p, w)) for w in ok})
                             for p, ok in scored])
 
 
