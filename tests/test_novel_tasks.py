@@ -15,6 +15,17 @@ from tlmir.schedule.space import SearchSpace
 from tlmir.workloads import split_tasks
 
 
+def _lowers_compiles_and_matches(task, rng: random.Random) -> None:
+    """A random program of a random sketch of `task` computes what its definition says."""
+    space = SearchSpace(task.outputs)
+    kernel = compile_func(lower(space.apply(rng.randrange(len(space.sketches)),
+                        RandomDecider(rng))[0], task.args))
+    ins = task.random_inputs(0)
+    outs = [np.zeros(t.shape, t.dtype) for t in task.outputs]
+    kernel(*ins, *outs)
+    assert not check_outputs(outs, reference_outputs(task, ins), 1e-3, 1e-3), task.name
+
+
 def test_extents_stay_in_range_and_are_not_all_powers_of_two():
     rng = random.Random(0)
     drawn = [extent(rng, 8, 1000) for _ in range(400)]
@@ -62,13 +73,7 @@ def test_novel_te_programs_and_grouped_convolutions_lower_compile_and_match_thei
     tasks += [t for t in novel_tasks(240, seed=0)[240:] if t.flops < 3e6][:2]  # grouped convolutions
     assert len(tasks) >= 6
     for task in tasks:
-        space = SearchSpace(task.outputs)
-        kernel = compile_func(lower(space.apply(rng.randrange(len(space.sketches)),
-                                                RandomDecider(rng))[0], task.args))
-        ins = task.random_inputs(0)
-        outs = [np.zeros(t.shape, t.dtype) for t in task.outputs]
-        kernel(*ins, *outs)
-        assert not check_outputs(outs, reference_outputs(task, ins), 1e-3, 1e-3), task.name
+        _lowers_compiles_and_matches(task, rng)
 
 
 def test_odd_extents_reach_every_number_word_and_beyond():
@@ -96,10 +101,4 @@ def test_odd_shape_tasks_are_deterministic_new_and_hold_numbers_novel_tasks_neve
     assert any(rough(d) for t in tasks for x in t.args for d in x.shape)
     rng = random.Random(0)
     for task in [t for t in tasks if t.flops < 2e6][:3]:
-        space = SearchSpace(task.outputs)
-        kernel = compile_func(lower(space.apply(rng.randrange(len(space.sketches)),
-                                                RandomDecider(rng))[0], task.args))
-        ins = task.random_inputs(0)
-        outs = [np.zeros(t.shape, t.dtype) for t in task.outputs]
-        kernel(*ins, *outs)
-        assert not check_outputs(outs, reference_outputs(task, ins), 1e-3, 1e-3), task.name
+        _lowers_compiles_and_matches(task, rng)
