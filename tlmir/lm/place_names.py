@@ -336,9 +336,9 @@ class PlaceNames:
         """The inverse of `placed_words` (an `ext` where no tile question asks stays `ext`)."""
         out = [self.real(w, stage) for _, w, stage in _walk(words)]
         for k in range(2, len(out)):
-            extent = self._axis_extent(words[k - 1]) if words[k] == EXTENT_WORD and words[k - 2] == "tile" else None
-            if extent is not None:
-                out[k] = str(extent)
+            if words[k] == EXTENT_WORD and words[k - 2] == "tile":
+                extent = self._axis_extent(words[k - 1])
+                out[k] = words[k] if extent is None else str(extent)
         return out
 
     def check(self, words: Sequence[str]) -> None:
