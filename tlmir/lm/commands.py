@@ -146,8 +146,8 @@ def cmd_train_validity(args) -> None:
         from .novel_tasks import odd_shape_tasks
         tasks += odd_shape_tasks(args.odd, args.seed)
     examples = sample_examples(model, tok, meta, tasks, hws, args.per_task, args.scope, args.seed)
-    sampled = {"tasks": args.tasks, "novel": args.novel, "odd": args.odd, "seed": args.seed, "per_task": args.per_task,
-               "scope": args.scope, "hardware": list(args.hardware)}
+    sampled = {"tasks": args.tasks, "novel": args.novel, "odd": args.odd, "seed": args.seed,
+               "per_task": args.per_task, "scope": args.scope, "hardware": list(args.hardware)}
     stats = validity_tune(model_dir(args.model), args.out, examples, steps=args.steps,
                           batch_size=args.batch_size, lr=args.lr, anchor=args.anchor, seed=args.seed,
                           sampled=sampled)

@@ -207,12 +207,17 @@ def _grouped(rng: random.Random) -> Task:
     return _named(grouped_conv(rng))
 
 
+def _workload_keys() -> set[str]:
+    """The task keys of both workload splits: what a task of no workload must not be."""
+    from ..workloads import split_tasks
+    return {t.key for split in ("train", "held-out") for t in split_tasks(split)}
+
+
 def novel_tasks(n: int, seed: int = 0, avoid: frozenset[str] = frozenset()) -> list[Task]:
     """`n` tasks drawn at random (half library ops at random shapes, half `te` programs),
     then `n // 8` grouped convolutions, none of a workload split (train or held-out) and
     none whose key is in `avoid`."""
-    from ..workloads import split_tasks
-    known = {t.key for split in ("train", "held-out") for t in split_tasks(split)} | set(avoid)
+    known = _workload_keys() | set(avoid)
     mixed = _draw(random.Random(seed), _mixed, n, known)
     return mixed + _draw(random.Random(f"grouped:{seed}"), _grouped, n // 8, known)
 
@@ -223,9 +228,7 @@ def odd_shape_tasks(n: int, seed: int = 0) -> list[Task]:
     a number no training prompt holds is one a model has never learnt to copy (it writes
     another). Validity training on these (`tlmir train validity --odd`) teaches the copy
     for every number a vocabulary holds."""
-    from ..workloads import split_tasks
-    known = {t.key for split in ("train", "held-out") for t in split_tasks(split)}
-    return _draw(OddExtents(f"odd:{seed}"), _mixed, n, known)
+    return _draw(OddExtents(f"odd:{seed}"), _mixed, n, _workload_keys())
 
 
 def split_tasks_or_novel(split: str) -> list[Task]:

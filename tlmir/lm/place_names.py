@@ -302,7 +302,7 @@ class PlaceNames:
         stage's first place axis (`s0.local.i1.c` -> i1 of s0), or None."""
         idents = _IDENT.findall(placed_target)
         axis = next((w for w in idents[1:] if _AXIS_PLACE.fullmatch(w)), None)
-        return self.tile_extents.get(f"{idents[0]}.{axis}") if axis and idents else None
+        return self.tile_extents.get(f"{idents[0]}.{axis}") if axis else None
 
     def _tile_extent(self, placed_target: str, word: str, after_tile: bool) -> bool:
         """Is `word`, after `tile <target>`, the prompt's extent of that axis?"""
