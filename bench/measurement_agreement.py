@@ -5,8 +5,8 @@
 An evaluator is scored (tlmir.search.world_train.ranking_metrics) against each program's
 recorded latency, itself a noisy measurement: among an evolutionary search's near-optimal
 mutants many differ by less than the noise. Each record keeps its repeats (`seconds`);
-this ranks every task's programs by the best of the even-numbered repeats and scores that
-ranking, with the same definitions, against the best of the odd-numbered ones: pairwise
+this ranks every task's programs by the best of the odd-numbered repeats and scores that
+ranking, with the evaluator's own `ranking_metrics`, against the best of the even-numbered ones: pairwise
 accuracy over pairs of distinct latency, top-1 / top-10 recall of the measured best,
 Kendall's tau. Repeats of one measurement run back to back in one process, so the
 agreement here is an upper bound: two measurements hours apart agree less.
@@ -24,19 +24,15 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from tlmir.runtime.records import read_records  # noqa: E402
+from tlmir.search.world_train import Program, ranking_metrics  # noqa: E402
 
 
-def agreement(a: np.ndarray, b: np.ndarray, k: int = 10) -> dict:
-    """Ranking metrics of latencies `b` as scores against latencies `a` (one task)."""
-    t, s = 1.0 / a, 1.0 / b
-    dt = np.sign(t[:, None] - t[None, :])
-    ds = np.sign(s[:, None] - s[None, :])
-    pairs = np.triu(dt != 0, 1)
-    order = np.argsort(-s, kind="stable")
-    best = int(np.argmax(t))
-    return {"pairwise_accuracy": float((dt[pairs] == ds[pairs]).mean()),
-            "kendall_tau": float((dt[pairs] * ds[pairs]).sum() / pairs.sum()),
-            "top1_recall": float(order[0] == best), f"top{k}_recall": float(best in order[:k])}
+def agreement(task: str, hw: str, a: np.ndarray, b: np.ndarray) -> dict:
+    """The evaluator's ranking metrics (`ranking_metrics`) of latencies `b` as scores
+    against latencies `a`, the programs of one task."""
+    programs = [Program(task, "", float(t), hw_key=hw) for t in a]
+    metrics = ranking_metrics(programs, 1.0 / b)
+    return {k: metrics[k] for k in ("pairwise_accuracy", "kendall_tau", "top1_recall", "top10_recall")}
 
 
 def main() -> None:
@@ -55,7 +51,7 @@ def main() -> None:
             continue
         even = np.array([min(s[0::2]) for s in runs])
         odd = np.array([min(s[1::2]) for s in runs])
-        rows.append({"task": task, "hw": hw, "programs": len(runs), **agreement(even, odd)})
+        rows.append({"task": task, "hw": hw, "programs": len(runs), **agreement(task, hw, even, odd)})
         print(f"{task[:48]:48s} {len(runs):5d} programs  pairwise {rows[-1]['pairwise_accuracy']:.3f}  "
               f"top-10 {rows[-1]['top10_recall']:.0f}")
     keys = ("pairwise_accuracy", "top1_recall", "top10_recall", "kendall_tau")
