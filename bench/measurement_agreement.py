@@ -6,9 +6,9 @@ An evaluator is scored (tlmir.search.world_train.ranking_metrics) against each p
 recorded latency, itself a noisy measurement: among an evolutionary search's near-optimal
 mutants many differ by less than the noise. Each record keeps its repeats (`seconds`);
 this ranks every task's programs by the best of the odd-numbered repeats and scores that
-ranking, with the evaluator's own `ranking_metrics`, against the best of the even-numbered ones: pairwise
-accuracy over pairs of distinct latency, top-1 / top-10 recall of the measured best,
-Kendall's tau. Repeats of one measurement run back to back in one process, so the
+ranking, with the evaluator's own `ranking_metrics`, against the best of the
+even-numbered ones: pairwise accuracy over pairs of distinct latency, top-1 / top-10
+recall of the measured best, Kendall's tau. Repeats of one measurement run back to back in one process, so the
 agreement here is an upper bound: two measurements hours apart agree less.
 """
 from __future__ import annotations
