@@ -178,9 +178,11 @@ def test_tile_extents_read_by_reference_and_back():
     extent of that axis, so no sentence copies a number; any other extent stays."""
     prompt = "<s> v4 task input x 8 640 stage y elem sp 8 640 read x i j hw".split()
     names = PlaceNames(prompt, numbers=True, extents=True)
-    words = "tile y.j 640 = 16 1 tile y.j 320 = 2 1 tile y.pack.ax1 640 = 8 parallel y 1 2 = 2".split()
+    words = ("tile y.j 640 = 16 1 tile y.j 320 = 2 1 tile y.pack.ax1 640 = 8 "
+             "tile x.pack.ax1 640 = 8 tile x.pack.ax0 640 = 8 parallel y 1 2 = 2").split()
     placed = names.placed_words(words)
     assert placed[:3] == ["tile", "s0.i1", "ext"] and placed[8] == "320" and placed[14] == "640"
+    assert placed[18:20] == ["in0.pack.ax1", "ext"] and placed[24] == "640"  # x: 8 by 640
     assert names.real_words(placed) == words
     assert names.placed_at(words, 2) == "ext" and names.placed_at(words, 2, "16") == "16"
     assert PlaceNames(prompt, numbers=True).placed_words(words)[2] == "640"  # without extents
@@ -209,3 +211,21 @@ def test_a_tokenizer_with_extents_encodes_every_tile_extent_of_the_prompt_as_one
             assert ex.ids[p] in allowed, (tok.word(ex.ids[p]), [tok.word(i) for i in allowed])
     with pytest.raises(LanguageError, match="names by place"):
         build_tokenizer([task], HW, extents=True)
+
+
+def test_a_packed_panel_is_tiled_by_reference():
+    """The panel a matmul packs B into (`tile B.pack.ax1 72`) asks B's own dimension, so
+    its extent reads `ext` as a stage axis's does, and decodes back."""
+    task = Task.from_op(tlmir.ops.matmul(40, 72, 56))
+    tok = build_tokenizer([task], HW, places=True, extents=True)
+    space = SearchSpace(task.outputs, HW)
+    packed = 0
+    for sketch in range(len(space.sketches)):
+        _, trace = space.apply(sketch, RandomDecider(random.Random(sketch)))
+        sentence = trace_to_sentence(task, HW, trace)
+        words = tok.decode(tok.encode(sentence, strict=True)).split()
+        if "tile B.pack.ax1 72" in sentence:
+            packed += 1
+            assert "tile in1.pack.ax1 ext" in " ".join(words)
+        assert tok.names(sentence.split()).real_words(words) == sentence.split()
+    assert packed

@@ -40,8 +40,10 @@ its answer) is read as `ext` where it is the prompt's extent of the axis asked (
 `s0`: its stage clause's first `rd` extent; in a compound word the first axis place,
 `s0.local.i1.c` asks i1 of s0). A sentence copies that number from its
 prompt, and a number few training prompts hold is one a model copies wrongly (it writes
-another rare number); `ext` is the same word for every axis of every operator. Where the
-extent is another (a stage a rule adds, an axis already split) it stays as written.
+another rare number); `ext` is the same word for every axis of every operator. The panel
+an input is packed into (`tile in1.pack.ax1 640`) is read the same way, its axis `ax<d>`
+the input's dimension d. Where the extent is another (a stage a rule adds, an axis
+already split) it stays as written.
 
 A word is read identifier by identifier (`C.local.i.c` -> `s0.local.i0.c`,
 `p*2+rr` -> `i2*2+r1`), so the vocabulary of place words is closed: the same few hundred
@@ -227,10 +229,15 @@ def _prompt_places(prompt: tuple[str, ...]) -> tuple[dict[str, str], dict[str, d
 @functools.lru_cache(maxsize=4096)
 def _tile_extents(prompt: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
     """(`s0.i1`, the second spatial extent of the prompt's stage s0), ... for every axis of
-    every stage read by place."""
+    every stage read by place, and (`in1.pack.ax1`, in1's second dimension) for every
+    dimension of every input: the space tiles only a pack in its input's own layout."""
     to_place, _ = _prompt_places(prompt)
     out: dict[str, int] = {}
-    for st in prompt_clauses(prompt)[1]:
+    inputs, stages = prompt_clauses(prompt)
+    for name, shape in inputs:
+        if name in to_place:
+            out.update((f"{to_place[name]}.pack.ax{d}", e) for d, e in enumerate(shape))
+    for st in stages:
         place = to_place.get(st.name)
         if place is not None:
             for role, extents in (("i", st.sp), ("r", st.rd)):
@@ -299,8 +306,11 @@ class PlaceNames:
 
     def _axis_extent(self, placed_target: str) -> int | None:
         """The prompt's extent of the axis a tile question's placed target names: its
-        stage's first place axis (`s0.local.i1.c` -> i1 of s0), or None."""
+        stage's first place axis (`s0.local.i1.c` -> i1 of s0), an input's pack axis
+        (`in1.pack.ax1`: in1's second dimension), or None."""
         idents = _IDENT.findall(placed_target)
+        if idents[1:2] == ["pack"] and len(idents) > 2:
+            return self.tile_extents.get(".".join(idents[:3]))
         axis = next((w for w in idents[1:] if _AXIS_PLACE.fullmatch(w)), None)
         return self.tile_extents.get(f"{idents[0]}.{axis}") if axis else None
 
