@@ -37,7 +37,7 @@ def test_novel_tasks_are_deterministic_new_and_varied():
     tasks = novel_tasks(40, seed=5)
     assert [t.key for t in tasks] == [t.key for t in novel_tasks(40, seed=5)]
     assert [t.key for t in tasks] != [t.key for t in novel_tasks(40, seed=6)]
-    assert len({t.key for t in tasks}) == 45  # 40 mixed, then 40 // 8 grouped convolutions
+    assert len({t.key for t in tasks}) == 50  # 40 mixed, 40 // 8 grouped convolutions, 5 feature maps
     known = {t.key for split in ("train", "held-out") for t in split_tasks(split)}
     assert not known & {t.key for t in tasks}
     names = {t.name for t in tasks}
@@ -56,8 +56,10 @@ def test_grouped_convolutions_come_after_the_mixed_draws_and_vary_their_group_wi
     assert [t.key for t in novel_tasks(80, seed=0)[:80]] == [t.key for t in mixed]
     drawn = novel_tasks(160, seed=0)
     assert [t.key for t in drawn[:80]] == [t.key for t in mixed]
-    grouped = drawn[160:]
-    assert len(grouped) == 20 and all("_g" in t.name and t.name.startswith("conv2d") for t in grouped)
+    grouped, maps = drawn[160:180], drawn[180:]
+    assert len(grouped) == 20 and len(maps) == 20
+    assert all(t.name.startswith("add") and len(t.outputs[0].shape) == 4 for t in maps)
+    assert len({t.outputs[0].shape[1] for t in maps}) >= 10 and all("_g" in t.name and t.name.startswith("conv2d") for t in grouped)
     widths = {t.inputs[1].shape[1] for t in grouped}  # the weight's channels per group
     assert len(widths) >= 4
     rng = random.Random(3)
@@ -65,13 +67,14 @@ def test_grouped_convolutions_come_after_the_mixed_draws_and_vary_their_group_wi
     assert op.params["groups"] > 1 and op.params["C"] % op.params["groups"] == 0
 
 
-def test_novel_te_programs_and_grouped_convolutions_lower_compile_and_match_their_definition():
+def test_novel_te_programs_grouped_convolutions_and_feature_maps_lower_compile_and_match():
     rng = random.Random(1)
     tasks = [t for t in novel_tasks(30, seed=2) if t.name.startswith("novel_te_")
              and all(np.prod(x.shape) <= 1 << 16 for x in t.args)][:4]
     assert tasks
-    tasks += [t for t in novel_tasks(240, seed=0)[240:] if t.flops < 3e6][:2]  # grouped convolutions
-    assert len(tasks) >= 6
+    tasks += [t for t in novel_tasks(240, seed=0)[240:270] if t.flops < 3e6][:2]  # grouped convolutions
+    tasks += [t for t in novel_tasks(240, seed=0)[270:] if np.prod(t.outputs[0].shape) < 1 << 16][:2]  # feature maps
+    assert len(tasks) >= 8
     for task in tasks:
         _lowers_compiles_and_matches(task, rng)
 

@@ -15,7 +15,11 @@ hold it there. They need no measurement, only tasks, so they are drawn here:
 - besides those n draws, n // 8 grouped convolutions (`grouped_conv`), drawn from a
   stream of their own so that the mixed draws, and the records measured on them, stay as
   they are. The training networks group 16 channels (RegNet); a ResNeXt groups 4 or 32,
-  and its convolutions had no source of their group width to borrow from.
+  and its convolutions had no source of their group width to borrow from;
+- then n // 8 element-wise ops over an N×C×H×W feature map (`feature_map_op`), from a
+  stream of their own too. The training networks add two maps only inside `add_relu`;
+  a lone `add` of 4-D maps asks its innermost axis where every lone element-wise op a
+  model had read (2-D, `add_128x256`) asks its second.
 
 A task whose key any workload split holds is drawn again, so these tasks stay novel.
 Measured (`tlmir iterate --split novel`), their fastest programs join a model's
@@ -174,6 +178,15 @@ def grouped_conv(rng: random.Random) -> ops.OpDef:
                    stride=rng.choice((1, 1, 2)), padding=r // 2, groups=groups)
 
 
+def feature_map_op(rng: random.Random) -> ops.OpDef:
+    """An element-wise library op (`add` or `add_relu`) over an N×C×H×W feature map,
+    one map at most 4 M values."""
+    C, h = extent(rng, 3, 2048), extent(rng, 5, 112)
+    while C * h * h > 1 << 22 and h > 1:
+        h //= 2
+    return ops.OPS[rng.choice(("add", "add", "add_relu"))]((rng.choice((1, 1, 1, 2, 4, 8)), C, h, h))
+
+
 def _draw(rng: random.Random, draw: Callable[[random.Random], Task], n: int, known: set) -> list[Task]:
     """`n` distinct tasks of `draw` whose keys are not in `known` (which grows by theirs)."""
     out: list[Task] = []
@@ -207,6 +220,10 @@ def _grouped(rng: random.Random) -> Task:
     return _named(grouped_conv(rng))
 
 
+def _feature_map(rng: random.Random) -> Task:
+    return _named(feature_map_op(rng))
+
+
 def _workload_keys() -> set[str]:
     """The task keys of both workload splits: what a task of no workload must not be."""
     from ..workloads import split_tasks
@@ -215,11 +232,12 @@ def _workload_keys() -> set[str]:
 
 def novel_tasks(n: int, seed: int = 0, avoid: frozenset[str] = frozenset()) -> list[Task]:
     """`n` tasks drawn at random (half library ops at random shapes, half `te` programs),
-    then `n // 8` grouped convolutions, none of a workload split (train or held-out) and
-    none whose key is in `avoid`."""
+    then `n // 8` grouped convolutions and `n // 8` element-wise ops over feature maps,
+    none of a workload split (train or held-out) and none whose key is in `avoid`."""
     known = _workload_keys() | set(avoid)
     mixed = _draw(random.Random(seed), _mixed, n, known)
-    return mixed + _draw(random.Random(f"grouped:{seed}"), _grouped, n // 8, known)
+    grouped = _draw(random.Random(f"grouped:{seed}"), _grouped, n // 8, known)
+    return mixed + grouped + _draw(random.Random(f"feature map:{seed}"), _feature_map, n // 8, known)
 
 
 def odd_shape_tasks(n: int, seed: int = 0) -> list[Task]:
