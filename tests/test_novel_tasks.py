@@ -37,7 +37,7 @@ def test_novel_tasks_are_deterministic_new_and_varied():
     tasks = novel_tasks(40, seed=5)
     assert [t.key for t in tasks] == [t.key for t in novel_tasks(40, seed=5)]
     assert [t.key for t in tasks] != [t.key for t in novel_tasks(40, seed=6)]
-    assert len({t.key for t in tasks}) == 50  # 40 mixed, 40 // 8 grouped convolutions, 5 feature maps
+    assert len({t.key for t in tasks}) == 52  # 40 mixed, 40 // 8 grouped convs, 5 feature maps, 2 rows
     known = {t.key for split in ("train", "held-out") for t in split_tasks(split)}
     assert not known & {t.key for t in tasks}
     names = {t.name for t in tasks}
@@ -56,10 +56,11 @@ def test_grouped_convolutions_come_after_the_mixed_draws_and_vary_their_group_wi
     assert [t.key for t in novel_tasks(80, seed=0)[:80]] == [t.key for t in mixed]
     drawn = novel_tasks(160, seed=0)
     assert [t.key for t in drawn[:80]] == [t.key for t in mixed]
-    grouped, maps = drawn[160:180], drawn[180:]
-    assert len(grouped) == 20 and len(maps) == 20
+    grouped, maps, rows = drawn[160:180], drawn[180:200], drawn[200:]
+    assert len(grouped) == 20 and len(maps) == 20 and len(rows) == 10
     assert all(t.name.startswith("add") and len(t.outputs[0].shape) == 4 for t in maps)
-    assert len({t.outputs[0].shape[1] for t in maps}) >= 10 and all("_g" in t.name and t.name.startswith("conv2d") for t in grouped)
+    assert len({t.outputs[0].shape[1] for t in maps}) >= 10
+    assert all(t.inputs[0].shape[0] == 1 for t in rows) and len({t.name.split("_")[0] for t in rows}) >= 3 and all("_g" in t.name and t.name.startswith("conv2d") for t in grouped)
     widths = {t.inputs[1].shape[1] for t in grouped}  # the weight's channels per group
     assert len(widths) >= 4
     rng = random.Random(3)
@@ -73,8 +74,9 @@ def test_novel_te_programs_grouped_convolutions_and_feature_maps_lower_compile_a
              and all(np.prod(x.shape) <= 1 << 16 for x in t.args)][:4]
     assert tasks
     tasks += [t for t in novel_tasks(240, seed=0)[240:270] if t.flops < 3e6][:2]  # grouped convolutions
-    tasks += [t for t in novel_tasks(240, seed=0)[270:] if np.prod(t.outputs[0].shape) < 1 << 16][:2]  # feature maps
-    assert len(tasks) >= 8
+    small = [t for t in novel_tasks(240, seed=0)[270:] if np.prod(t.outputs[0].shape) < 1 << 16]
+    tasks += [t for t in small if t.name.startswith("add")][:2] + [t for t in small if len(t.outputs[0].shape) <= 2][:2]
+    assert len(tasks) >= 10
     for task in tasks:
         _lowers_compiles_and_matches(task, rng)
 

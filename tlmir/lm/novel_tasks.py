@@ -16,10 +16,12 @@ hold it there. They need no measurement, only tasks, so they are drawn here:
   stream of their own so that the mixed draws, and the records measured on them, stay as
   they are. The training networks group 16 channels (RegNet); a ResNeXt groups 4 or 32,
   and its convolutions had no source of their group width to borrow from;
-- then n // 8 element-wise ops over an N×C×H×W feature map (`feature_map_op`), from a
-  stream of their own too. The training networks add two maps only inside `add_relu`;
-  a lone `add` of 4-D maps asks its innermost axis where every lone element-wise op a
-  model had read (2-D, `add_128x256`) asks its second.
+- then n // 8 element-wise ops over an N×C×H×W feature map (`feature_map_op`) and
+  n // 16 row ops over one row (`one_row_op`), each from a stream of its own too. The
+  training networks add two maps only inside `add_relu`, so a lone `add` of 4-D maps
+  asks its innermost axis where every lone element-wise op a model had read (2-D,
+  `add_128x256`) asks its second; and they normalize one row only in a held-out
+  network (LLaMA's decode step), whose sketches are numbered otherwise.
 
 A task whose key any workload split holds is drawn again, so these tasks stay novel.
 Measured (`tlmir iterate --split novel`), their fastest programs join a model's
@@ -187,6 +189,12 @@ def feature_map_op(rng: random.Random) -> ops.OpDef:
     return ops.OPS[rng.choice(("add", "add", "add_relu"))]((rng.choice((1, 1, 1, 2, 4, 8)), C, h, h))
 
 
+def one_row_op(rng: random.Random) -> ops.OpDef:
+    """A row op (softmax, layernorm, rmsnorm, ...) over one row: a decoder's step."""
+    kind = rng.choice(("softmax", "layernorm", "rmsnorm", "rmsnorm", "bias_add_gelu", "silu_mul"))
+    return ops.OPS[kind](1, extent(rng, 8, 16384))
+
+
 def _draw(rng: random.Random, draw: Callable[[random.Random], Task], n: int, known: set) -> list[Task]:
     """`n` distinct tasks of `draw` whose keys are not in `known` (which grows by theirs)."""
     out: list[Task] = []
@@ -224,6 +232,10 @@ def _feature_map(rng: random.Random) -> Task:
     return _named(feature_map_op(rng))
 
 
+def _one_row(rng: random.Random) -> Task:
+    return _named(one_row_op(rng))
+
+
 def _workload_keys() -> set[str]:
     """The task keys of both workload splits: what a task of no workload must not be."""
     from ..workloads import split_tasks
@@ -232,12 +244,14 @@ def _workload_keys() -> set[str]:
 
 def novel_tasks(n: int, seed: int = 0, avoid: frozenset[str] = frozenset()) -> list[Task]:
     """`n` tasks drawn at random (half library ops at random shapes, half `te` programs),
-    then `n // 8` grouped convolutions and `n // 8` element-wise ops over feature maps,
-    none of a workload split (train or held-out) and none whose key is in `avoid`."""
+    then `n // 8` grouped convolutions, `n // 8` element-wise ops over feature maps and
+    `n // 16` row ops over one row, none of a workload split (train or held-out) and none
+    whose key is in `avoid`."""
     known = _workload_keys() | set(avoid)
     mixed = _draw(random.Random(seed), _mixed, n, known)
     grouped = _draw(random.Random(f"grouped:{seed}"), _grouped, n // 8, known)
-    return mixed + grouped + _draw(random.Random(f"feature map:{seed}"), _feature_map, n // 8, known)
+    maps = _draw(random.Random(f"feature map:{seed}"), _feature_map, n // 8, known)
+    return mixed + grouped + maps + _draw(random.Random(f"one row:{seed}"), _one_row, n // 16, known)
 
 
 def odd_shape_tasks(n: int, seed: int = 0) -> list[Task]:
