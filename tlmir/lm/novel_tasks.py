@@ -224,16 +224,9 @@ def _mixed(rng: random.Random) -> Task:
     return Task(f"novel_{name}", args)
 
 
-def _grouped(rng: random.Random) -> Task:
-    return _named(grouped_conv(rng))
-
-
-def _feature_map(rng: random.Random) -> Task:
-    return _named(feature_map_op(rng))
-
-
-def _one_row(rng: random.Random) -> Task:
-    return _named(one_row_op(rng))
+def _library_draw(draw_op: Callable[[random.Random], ops.OpDef]) -> Callable[[random.Random], Task]:
+    """A draw of `draw_op`'s library ops as tasks named as a network's (`_named`)."""
+    return lambda rng: _named(draw_op(rng))
 
 
 def _workload_keys() -> set[str]:
@@ -248,10 +241,11 @@ def novel_tasks(n: int, seed: int = 0, avoid: frozenset[str] = frozenset()) -> l
     `n // 16` row ops over one row, none of a workload split (train or held-out) and none
     whose key is in `avoid`."""
     known = _workload_keys() | set(avoid)
-    mixed = _draw(random.Random(seed), _mixed, n, known)
-    grouped = _draw(random.Random(f"grouped:{seed}"), _grouped, n // 8, known)
-    maps = _draw(random.Random(f"feature map:{seed}"), _feature_map, n // 8, known)
-    return mixed + grouped + maps + _draw(random.Random(f"one row:{seed}"), _one_row, n // 16, known)
+    tasks = _draw(random.Random(seed), _mixed, n, known)
+    for stream, draw_op, count in (("grouped", grouped_conv, n // 8), ("feature map", feature_map_op, n // 8),
+                                   ("one row", one_row_op, n // 16)):
+        tasks += _draw(random.Random(f"{stream}:{seed}"), _library_draw(draw_op), count, known)
+    return tasks
 
 
 def odd_shape_tasks(n: int, seed: int = 0) -> list[Task]:
