@@ -74,8 +74,9 @@ def test_novel_te_programs_grouped_convolutions_and_feature_maps_lower_compile_a
     tasks = [t for t in novel_tasks(30, seed=2) if t.name.startswith("novel_te_")
              and all(np.prod(x.shape) <= 1 << 16 for x in t.args)][:4]
     assert tasks
-    tasks += [t for t in novel_tasks(240, seed=0)[240:270] if t.flops < 3e6][:2]  # grouped convolutions
-    small = [t for t in novel_tasks(240, seed=0)[270:] if np.prod(t.outputs[0].shape) < 1 << 16]
+    drawn = novel_tasks(240, seed=0)
+    tasks += [t for t in drawn[240:270] if t.flops < 3e6][:2]  # grouped convolutions
+    small = [t for t in drawn[270:] if np.prod(t.outputs[0].shape) < 1 << 16]
     tasks += [t for t in small if t.name.startswith("add")][:2]  # feature maps
     tasks += [t for t in small if len(t.outputs[0].shape) <= 2][:2]  # one-row ops
     assert len(tasks) >= 10
