@@ -10,13 +10,15 @@ scheduler-tick artefacts as `tlmir train evaluator` does, computes every program
 features once (`--cache`: a pickle of the programs, scratch) and then, per argument:
 
 - `NAME=DIR`: scores a saved evaluator;
-- `NAME:LOSS:STEPS[:novel]`: trains one (seed 0, 2 threads) and saves it to
-  `runs/evaluator-NAME`. LOSS `gap` is the package's `ranking_loss` (pairs weighted by
+- `NAME:LOSS:STEPS[:novel][:seedS]`: trains one (seed S, default 0; 2 threads) and saves
+  it to `runs/evaluator-NAME`. LOSS `gap` is the package's `ranking_loss` (pairs weighted by
   their gap in normalised throughput); `top` is the ablation that weights every pair beyond
   2% by the faster program's normalised throughput (the near-best pairs count as much as
   the rest). `:novel` trains on the evolutionary searches of novel tasks too
   (`data/iterate-novel`, tasks of no workload at shapes no network has): more tasks, each
   searched the way the held-out references were.
+- `NAME=A+B+...`: the ensemble of rows scored or trained before it, each member's scores
+  standardised within each task and summed.
 
 Each row: pairwise accuracy, top-10 recall of the best and Kendall tau on the held-out
 tasks' evolutionary-1000 (Zen 4 and Sapphire Rapids class) and evolutionary (AVX2)
@@ -110,20 +112,35 @@ def pool_picks(progs: list, scores: np.ndarray) -> dict:
     return {"pool_top1": round(gmean(r1), 3), "pool_top10": round(gmean(r10), 3), "pool_tasks": len(r1)}
 
 
-def report(name: str, ev, data: dict) -> dict:
+def ensemble_scores(members: list[dict], data: dict) -> dict:
+    """Per data set: the members' scores, standardised within each task, summed."""
+    out = {}
+    for k in [*TEST, "pool"]:
+        total = np.zeros(len(data[k]))
+        for scores in members:
+            for ix in wt.group_indices(data[k]).values():
+                v = scores[k][ix]
+                total[ix] += (v - v.mean()) / (v.std() + 1e-9)
+        out[k] = total
+    return out
+
+
+def report(name: str, scores: dict, data: dict) -> dict:
+    """The row of one evaluator's scores of every data set (`{name: array}`)."""
     row: dict = {"name": name}
     for k in TEST:
-        m = wt.ranking_metrics(data[k], ev.score_programs(data[k]))
+        m = wt.ranking_metrics(data[k], scores[k])
         row[k] = {"pairwise": round(m["pairwise_accuracy"], 3), "top10_recall": round(m["top10_recall"], 3),
                   "tau": round(m["kendall_tau"], 3), "tasks": m["tasks"]}
-    row.update(pool_picks(data["pool"], ev.score_programs(data["pool"])))
+    row.update(pool_picks(data["pool"], scores["pool"]))
     print(json.dumps(row), flush=True)
     return row
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("runs", nargs="+", help="NAME=DIR (score) or NAME:LOSS:STEPS[:novel] (train, LOSS gap|top)")
+    p.add_argument("runs", nargs="+", help="NAME=DIR (score), NAME:LOSS:STEPS[:novel][:seedS] (train, LOSS "
+                   "gap|top) or NAME=A+B (the ensemble of rows before it)")
     p.add_argument("--cache", help="pickle of the programs and their features (computed once)")
     p.add_argument("--json", help="write the rows here")
     a = p.parse_args()
@@ -137,23 +154,35 @@ def main() -> None:
           + ", ".join(f"{k} {len(data[k])}" for k in [*TEST, "pool"]), flush=True)
     tok = Tokenizer.load(os.path.join(model_dir("base"), TOKENIZER_FILE))
     package_loss = wt.ranking_loss
-    rows = []
+    rows, scored = [], {}
+    score_all = lambda ev: {k: ev.score_programs(data[k]) for k in [*TEST, "pool"]}  # noqa: E731
     for spec in a.runs:
         if "=" in spec:
-            name, path = spec.split("=", 1)
-            rows.append(report(name, wt.Evaluator.load(path), data))
+            name, what = spec.split("=", 1)
+            if "+" in what:
+                missing = [m for m in what.split("+") if m not in scored]
+                if missing:
+                    p.error(f"{spec}: no row named {', '.join(missing)} before it")
+                scored[name] = ensemble_scores([scored[m] for m in what.split("+")], data)
+            else:
+                scored[name] = score_all(wt.Evaluator.load(what))
+            rows.append(report(name, scored[name], data))
             continue
-        name, loss, steps, *novel = spec.split(":")
-        if novel not in ([], ["novel"]):
-            p.error(f"{spec}: the fourth field may only be 'novel'")
+        name, loss, steps, *rest = spec.split(":")
+        novel = [f for f in rest if f == "novel"]
+        seeds = [f for f in rest if f.startswith("seed") and f[4:].isdigit()]
+        if len(novel) + len(seeds) != len(rest) or len(seeds) > 1:
+            p.error(f"{spec}: the fields after STEPS may only be 'novel' and 'seedS'")
         train = data["train"] + (data["novel"] if novel else [])
         wt.ranking_loss = {"gap": package_loss, "top": top_weighted_loss}[loss]
         t0 = time.time()
+        seed = int(seeds[0][4:]) if seeds else 0
         ev = wt.train_evaluator(train, tok, WorldModelConfig(tok.vocab_size, n_features=NUM_FEATURES),
-                                steps=int(steps), threads=2, checkpoint=f"runs/evaluator-{name}/checkpoint")
-        ev.save(f"runs/evaluator-{name}", extra={"trained_on": len(train)})
+                                steps=int(steps), threads=2, seed=seed, checkpoint=f"runs/evaluator-{name}/checkpoint")
+        ev.save(f"runs/evaluator-{name}", extra={"trained_on": len(train), "seed": seed})
         print(f"{name}: trained in {time.time() - t0:.0f}s", flush=True)
-        rows.append(report(name, ev, data))
+        scored[name] = score_all(ev)
+        rows.append(report(name, scored[name], data))
     wt.ranking_loss = package_loss
     if a.json:
         with open(a.json, "w") as f:
