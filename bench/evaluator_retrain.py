@@ -117,8 +117,8 @@ def ensemble_scores(members: list[dict], data: dict) -> dict:
     out = {}
     for k in [*TEST, "pool"]:
         total = np.zeros(len(data[k]))
-        for scores in members:
-            for ix in wt.group_indices(data[k]).values():
+        for ix in wt.group_indices(data[k]).values():
+            for scores in members:
                 v = scores[k][ix]
                 total[ix] += (v - v.mean()) / (v.std() + 1e-9)
         out[k] = total
@@ -126,7 +126,7 @@ def ensemble_scores(members: list[dict], data: dict) -> dict:
 
 
 def report(name: str, scores: dict, data: dict) -> dict:
-    """The row of one evaluator's scores of every data set (`{name: array}`)."""
+    """The row of one evaluator's scores (`{data set: array}`, every TEST set and "pool")."""
     row: dict = {"name": name}
     for k in TEST:
         m = wt.ranking_metrics(data[k], scores[k])
@@ -155,7 +155,10 @@ def main() -> None:
     tok = Tokenizer.load(os.path.join(model_dir("base"), TOKENIZER_FILE))
     package_loss = wt.ranking_loss
     rows, scored = [], {}
-    score_all = lambda ev: {k: ev.score_programs(data[k]) for k in [*TEST, "pool"]}  # noqa: E731
+
+    def score_all(ev) -> dict:
+        return {k: ev.score_programs(data[k]) for k in [*TEST, "pool"]}
+
     for spec in a.runs:
         if "=" in spec:
             name, what = spec.split("=", 1)
@@ -178,7 +181,8 @@ def main() -> None:
         t0 = time.time()
         seed = int(seeds[0][4:]) if seeds else 0
         ev = wt.train_evaluator(train, tok, WorldModelConfig(tok.vocab_size, n_features=NUM_FEATURES),
-                                steps=int(steps), threads=2, seed=seed, checkpoint=f"runs/evaluator-{name}/checkpoint")
+                                steps=int(steps), threads=2, seed=seed,
+                                checkpoint=f"runs/evaluator-{name}/checkpoint")
         ev.save(f"runs/evaluator-{name}", extra={"trained_on": len(train), "seed": seed})
         print(f"{name}: trained in {time.time() - t0:.0f}s", flush=True)
         scored[name] = score_all(ev)
