@@ -57,6 +57,7 @@ TEST = {"evo1000-avx512": "data/eval/evolutionary.jsonl.xz", "evo-avx2": "data/e
 NOVEL = ["data/iterate-novel/evolutionary.jsonl.xz", "data/iterate-novel/evolutionary-ops.jsonl.xz",
          "data/iterate-novel/evolutionary-ops2.jsonl.xz", "data/iterate-novel/evolutionary-zen5.jsonl.xz"]
 POOL = "data/pool/held-out.jsonl.xz"
+SCORED = (*TEST, "pool")  # the data sets every row scores
 STALE = "^(conv2d_(?!transpose)|depthwise|max_pool|avg_pool).*_s[234]_@2026-11-25T08:04Z"
 
 
@@ -115,7 +116,7 @@ def pool_picks(progs: list, scores: np.ndarray) -> dict:
 def ensemble_scores(members: list[dict], data: dict) -> dict:
     """Per data set: the members' scores, standardised within each task, summed."""
     out = {}
-    for k in [*TEST, "pool"]:
+    for k in SCORED:
         total = np.zeros(len(data[k]))
         for ix in wt.group_indices(data[k]).values():
             for scores in members:
@@ -151,22 +152,23 @@ def main() -> None:
     torch.set_num_threads(2)
     data = programs(a.cache)
     print(f"{len(data['train'])} training programs, {len(data['novel'])} of novel tasks; held out: "
-          + ", ".join(f"{k} {len(data[k])}" for k in [*TEST, "pool"]), flush=True)
+          + ", ".join(f"{k} {len(data[k])}" for k in SCORED), flush=True)
     tok = Tokenizer.load(os.path.join(model_dir("base"), TOKENIZER_FILE))
     package_loss = wt.ranking_loss
     rows, scored = [], {}
 
     def score_all(ev) -> dict:
-        return {k: ev.score_programs(data[k]) for k in [*TEST, "pool"]}
+        return {k: ev.score_programs(data[k]) for k in SCORED}
 
     for spec in a.runs:
         if "=" in spec:
             name, what = spec.split("=", 1)
             if "+" in what:
-                missing = [m for m in what.split("+") if m not in scored]
+                members = what.split("+")
+                missing = [m for m in members if m not in scored]
                 if missing:
                     p.error(f"{spec}: no row named {', '.join(missing)} before it")
-                scored[name] = ensemble_scores([scored[m] for m in what.split("+")], data)
+                scored[name] = ensemble_scores([scored[m] for m in members], data)
             else:
                 scored[name] = score_all(wt.Evaluator.load(what))
             rows.append(report(name, scored[name], data))
