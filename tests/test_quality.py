@@ -105,7 +105,7 @@ def test_conditioned_sft_learns_what_each_tier_looks_like(tmp_path):
     save_checkpoint(GPT(GPTConfig(vocab_size=tok.vocab_size, n_layer=2, n_head=2, n_embd=32, block_size=384)),
                     str(tmp_path / "base"))
     tok.save(str(tmp_path / "base" / TOKENIZER_FILE))
-    traces = [t for t in _traces(task, 24, seed=1)
+    traces = [t for t in _traces(task, 48, seed=1)
               if not tok.unknown_decisions(trace_to_sentence(task, HW, t))]
     sketches = sorted({t.sketch for t in traces})
     a = [t for t in traces if t.sketch == sketches[0]][:2]

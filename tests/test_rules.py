@@ -62,3 +62,27 @@ def test_a_new_rule_set_plugs_in_with_one_entry(monkeypatch):
         build(s, op.args)(*ins, out)
         np.testing.assert_allclose(out, op.reference(*ins)[0], rtol=1e-6)
     assert trace.sketch == 0 and [q for q, _ in trace.decisions] == ["parallel add"]
+
+
+@pytest.mark.parametrize("op", [ops.matmul(64, 48, 32), ops.conv2d_nchw(1, 16, 14, 14, 32, 3, 3, padding=1),
+                                ops.add((1, 96, 14, 14))], ids=["matmul", "conv", "add"])
+def test_parallel_options_follow_the_sketch_not_the_tiles_or_the_cores(op):
+    """A model writing a sentence can list a `parallel` question's options from the sketch
+    and the compute locations alone: random tile answers and any core count offer the same
+    fuse depths, and the innermost loop (the one to vectorize) is never fused."""
+    from tlmir.lm.language import trace_options
+    from tlmir.schedule.decider import RandomDecider
+    rng = random.Random(0)
+    offered: dict = {}
+    for hw in (HW, HardwareParams(cores=64)):
+        space = SearchSpace(op.outputs, hw)
+        for _ in range(40):
+            sch, trace = space.apply(rng.randrange(len(space.sketches)), RandomDecider(rng))
+            places = tuple(a for q, a in trace.decisions if q.startswith("at "))
+            for q, opts in trace_options(op.outputs, hw, trace).items():
+                if q.startswith("parallel "):
+                    offered.setdefault((trace.sketch, places, q), set()).add(tuple(opts))
+            for st in sch.stages:
+                leaves = st.leaf_iter_vars
+                assert len(leaves) < 2 or st.iter_kind.get(leaves[-1]) != "parallel", (trace, st.name)
+    assert offered and all(len(v) == 1 for v in offered.values()), offered

@@ -232,8 +232,10 @@ def trace_options(task, hw: HardwareParams, trace: Trace) -> dict:
 
     class _Recorder(ReplayDecider):
         def _decide(self, question: str, options: list):
-            seen[question] = options
-            return super()._decide(question, options)
+            answer = super()._decide(question, options)
+            # an answer that only replays (schedule.decider.Decider.choice) is listed too
+            seen[question] = options if answer in options else options + [answer]
+            return answer
 
     seen: dict = {}
     try:

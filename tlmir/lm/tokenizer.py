@@ -48,7 +48,7 @@ NUMBERS = "<numbers>"  # in a vocabulary: it reads a prompt's large extents by p
 EXTENTS = "<extents>"  # in a vocabulary: it reads a tile question's extent as `ext` where it is the prompt's
 SMALL_INTS = range(0, LARGEST_WORD_NUMBER + 1)
 # the hardware whose rules offer different sketches and options (rfactor depends on the
-# core count, the parallel fuse limit on cores, vectorization on the lanes)
+# core count, vectorization on the lanes)
 RULE_HARDWARE = (HardwareParams("cpu", "avx512", 2, 16, 32, 1024),
                  HardwareParams("cpu", "avx2", 64, 8, 32, 512))
 # ... of the GPU rules (cross-thread reductions depend on the SM count)

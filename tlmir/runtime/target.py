@@ -119,7 +119,8 @@ def gpu_variants() -> list[HardwareParams]:
 class SearchParams:
     max_innermost_factor: int = 64
     max_vector_len: int = 64           # longest vectorized loop the space offers
-    parallel_factor: int = 16          # parallel loops cover up to parallel_factor x cores iterations
+    parallel_factor: int = 16          # rfactor a reduction whose output has at most
+                                       # parallel_factor x cores points
     unroll_steps: tuple = (0, 16, 64, 512)
     gpu_unroll_steps: tuple = (0, 16, 64, 512, 1024)   # Ansor's GPU auto_unroll_max_step options
     gpu_vector_widths: tuple = (1, 2, 4)               # elements per thread of a cooperative load

@@ -282,12 +282,17 @@ class _Builder:
             st.compute_at(*loops[where])
 
     def _parallel(self, st: Stage) -> None:
+        """Fuse the outer spatial loops, up to the first reduction or attach point, into one
+        parallel loop; how many is the question. The options depend on the sketch and the
+        compute locations only, never on tile sizes or the core count, so a model writing a
+        sentence knows them without dividing extents. The innermost loop stays out of the
+        fuse (it is the one to vectorize); traces recorded when fusing it was offered (a
+        stage of fewer than parallel_factor x cores points) still replay."""
         loops = st.leaf_iter_vars
-        limit = self.sp.parallel_factor * self.hw.cores
         extents: list[int] = []  # the fused loop's extent when 1, 2, ... loops are fused
         prod = 1
         for iv in loops:
-            if iv.kind != "spatial" or prod >= limit:
+            if iv.kind != "spatial":
                 break
             prod *= iv.extent
             extents.append(prod)
@@ -295,7 +300,8 @@ class _Builder:
                 break
         if not extents:
             return
-        n = self.ask.parallel(f"parallel {st.name}", extents)
+        offered = len(extents) - 1 if len(extents) == len(loops) > 1 else len(extents)
+        n = self.ask.parallel(f"parallel {st.name}", extents, offered)
         st.parallel(st.fuse(*loops[:n]) if n > 1 else loops[0])
 
     def _vectorize(self, st: Stage) -> None:
