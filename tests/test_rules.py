@@ -86,3 +86,21 @@ def test_parallel_options_follow_the_sketch_not_the_tiles_or_the_cores(op):
                 leaves = st.leaf_iter_vars
                 assert len(leaves) < 2 or st.iter_kind.get(leaves[-1]) != "parallel", (trace, st.name)
     assert offered and all(len(v) == 1 for v in offered.values()), offered
+
+
+def test_a_trace_that_fused_the_innermost_loop_still_replays_and_is_written():
+    """Fusing every loop of a small stage was offered before the options followed the
+    sketch: such a recorded trace replays, and its sentence lists the answer it gave."""
+    from tlmir import te
+    from tlmir.lm.language import sentence_to_trace, trace_to_sentence
+    from tlmir.schedule.decider import RandomDecider, Trace
+    A = te.placeholder((4, 6), name="A")
+    B = te.compute((4, 6), lambda i, j: A[i, j] * 2.0, name="B")
+    space = SearchSpace([B], HW)
+    drawn = {space.apply(0, RandomDecider(s))[1].answers()["parallel B"] for s in range(60)}
+    trace = Trace(0, [("tile B.j", (6, 1)), ("parallel B", 3), ("unroll B", 0)])
+    sch = space.replay(trace)
+    leaves = sch.stages[-1].leaf_iter_vars
+    assert drawn == {1, 2} and len(leaves) == 1 and sch.stages[-1].iter_kind[leaves[0]] == "parallel"
+    sentence = trace_to_sentence([B], HW, trace)
+    assert " parallel B 1 2 3 = 3 " in sentence and sentence_to_trace(sentence) == trace
