@@ -62,8 +62,8 @@ class OptionRecorder(Decider):
     makes it pick, at every question but tile sizes, among the options taken least
     often, so repeated walks go round the choices that change the structure later
     questions see (compute locations, parallel depth). Tile sizes are random, or the
-    smallest / largest factorization (`tile_mode`), which makes the parallel fuse
-    deepest / shallowest. `new` counts the options this walk offered, or took, for the
+    smallest / largest factorization (`tile_mode`: outer or inner loops of extent 1),
+    which change whether a `vec` question is asked. `new` counts the options this walk offered, or took, for the
     first time."""
 
     TILE_MODES = ("random", "outer-small", "random", "outer-large")
@@ -85,7 +85,7 @@ class OptionRecorder(Decider):
                 self.words.update(q)
                 self.words.update(a)
         if question.startswith("tile "):  # every factorization is recorded already
-            if self.tile_mode == "outer-small":  # many outer loops of extent 1: deep parallel fuses
+            if self.tile_mode == "outer-small":  # outer loops of extent 1
                 return min(options)
             if self.tile_mode == "outer-large":
                 return max(options)
