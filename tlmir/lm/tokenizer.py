@@ -63,8 +63,8 @@ class OptionRecorder(Decider):
     often, so repeated walks go round the choices that change the structure later
     questions see (compute locations, parallel depth). Tile sizes are random, or the
     smallest / largest factorization (`tile_mode`: outer or inner loops of extent 1),
-    which change whether a `vec` question is asked. `new` counts the options this walk offered, or took, for the
-    first time."""
+    which change whether a `vec` question is asked. `new` counts the options this walk
+    offered, or took, for the first time."""
 
     TILE_MODES = ("random", "outer-small", "random", "outer-large")
 
