@@ -76,12 +76,11 @@ class Decider:
     def tile(self, question: str, extent: int, parts: int, max_innermost: int) -> tuple[int, ...]:
         return self.choice(question, factorizations(extent, parts, max_innermost))
 
-    def parallel(self, question: str, extents: Sequence[int], offered: int | None = None) -> int:
+    def parallel(self, question: str, extents: Sequence[int], offered: int) -> int:
         """How many outer loops to fuse into the parallel loop: an answer among
         1..offered, where `extents[n - 1]` is the fused loop's extent for answer n (a
         decider that rewrites another task's answer keeps its meaning by it); the answers
         past `offered`, up to len(extents), only replay."""
-        offered = len(extents) if offered is None else offered
         return self.choice(question, list(range(1, offered + 1)),
                            list(range(offered + 1, len(extents) + 1)))
 

@@ -103,7 +103,7 @@ class TransferDecider(Decider):
         for q, a in source.decisions:
             self.by_kind.setdefault(q.split(" ", 1)[0], a)
 
-    def parallel(self, question: str, extents, offered: int | None = None) -> int:
+    def parallel(self, question: str, extents, offered: int) -> int:
         extents = extents[:offered]  # a rewritten answer takes an offered option
         n = self._decide(question, list(range(1, len(extents) + 1)))
         if extents[n - 1] < self.min_parallel:
