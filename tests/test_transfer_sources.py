@@ -401,3 +401,27 @@ def test_measured_novel_tasks_join_the_library_when_asked(tmp_path):
         lib = SourceLibrary.load(out)
         assert {s.task_key for g in lib.by_type.values() for s in g} == expected
         assert all(op_family(s.task_type) == "dense" for g in lib.by_type.values() for s in g)
+
+
+def test_a_library_updated_onto_another_keeps_the_faster_program_of_each_task(tmp_path, capsys):
+    from tlmir.cli import main
+    from tlmir.runtime.records import RecordDB, export_jsonl
+    tasks = {t.key: t for t in split_tasks("train")}
+    a, b = [t for t in tasks.values() if t.name.startswith("dense_")][:2]
+    old = SourceLibrary.from_records(_dense_records([a, b]), tasks)  # fastest 1 ms each
+    old.save(str(tmp_path / "old.jsonl.xz"))
+    faster = _dense_records([a], per_task=1)  # a at 1 ms again, then a new 0.5 ms program of a
+    faster.append(_record(a, SearchSpace(a.outputs, HW2).sample(random.Random(7))[1], 5e-4, HW2))
+    db = RecordDB(str(tmp_path / "r.db"))
+    db.append_many(faster)
+    export_jsonl(db, str(tmp_path / "r.jsonl.xz"))
+    out = str(tmp_path / "new.jsonl.xz")
+    assert main(["train", "sources", "--records", str(tmp_path / "r.jsonl.xz"),
+                 "--onto", str(tmp_path / "old.jsonl.xz"), "--out", out]) == 0
+    got = {s.task_key: s for g in SourceLibrary.load(out).by_type.values() for s in g}
+    assert set(got) == {a.key, b.key}
+    assert got[a.key].gflops == pytest.approx(a.flops / 5e-4 / 1e9, rel=1e-3)
+    assert got[b.key].trace == {s.task_key: s for g in old.by_type.values() for s in g}[b.key].trace
+    assert main(["train", "sources", "--records", str(tmp_path / "r.jsonl.xz"), "--onto", str(tmp_path / "none"),
+                 "--out", out]) == 2
+    assert "--onto" in capsys.readouterr().err
