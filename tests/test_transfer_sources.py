@@ -409,7 +409,8 @@ def test_a_library_updated_onto_another_keeps_the_faster_program_of_each_task(tm
     tasks = {t.key: t for t in split_tasks("train")}
     a, b = [t for t in tasks.values() if t.name.startswith("dense_")][:2]
     old = SourceLibrary.from_records(_dense_records([a, b]), tasks)  # fastest 1 ms each
-    old.save(str(tmp_path / "old.jsonl.xz"))
+    (tmp_path / "model").mkdir()
+    old.save(str(tmp_path / "model" / SOURCES_FILE))  # a model directory's library
     faster = _dense_records([a], per_task=1)  # a at 1 ms again, then a new 0.5 ms program of a
     faster.append(_record(a, SearchSpace(a.outputs, HW2).sample(random.Random(7))[1], 5e-4, HW2))
     db = RecordDB(str(tmp_path / "r.db"))
@@ -417,7 +418,7 @@ def test_a_library_updated_onto_another_keeps_the_faster_program_of_each_task(tm
     export_jsonl(db, str(tmp_path / "r.jsonl.xz"))
     out = str(tmp_path / "new.jsonl.xz")
     assert main(["train", "sources", "--records", str(tmp_path / "r.jsonl.xz"),
-                 "--onto", str(tmp_path / "old.jsonl.xz"), "--out", out]) == 0
+                 "--onto", str(tmp_path / "model"), "--out", out]) == 0
     got = {s.task_key: s for g in SourceLibrary.load(out).by_type.values() for s in g}
     assert set(got) == {a.key, b.key}
     assert got[a.key].gflops == pytest.approx(a.flops / 5e-4 / 1e9, rel=1e-3)

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..argtypes import (fraction, nonneg_float, nonneg_int, op_args, op_from_args, positive_float, positive_int,
                         probability, ratio_list, stale_rule)
-from ..errors import RecordError, TlmirError
+from ..errors import ModelError, RecordError, TlmirError
 from ..runtime.target import HardwareParams, host_hardware
 from .registry import BASE_MODEL, TOKENIZER_FILE, load_model, model_dir, passive_openmp
 
@@ -178,7 +178,12 @@ def cmd_train_sources(args) -> None:
     train = {t.key: t for t in split_tasks("train") + novel_split(args.novel, args.novel_seed)}
     lib = SourceLibrary.from_records(read_records(args.records), train)
     if args.onto:  # a library updated with new searches, without the records it was built from
-        base = os.path.join(args.onto, SOURCES_FILE) if os.path.isdir(args.onto) else args.onto
+        base = args.onto
+        if not os.path.isfile(base):
+            try:
+                base = os.path.join(model_dir(args.onto), SOURCES_FILE)
+            except ModelError:
+                base = ""
         if not os.path.isfile(base):
             raise RecordError(f"train sources --onto {args.onto}: no transfer sources there")
         lib = SourceLibrary.load(base).merge(lib)
@@ -407,7 +412,7 @@ def add_parsers(sub) -> None:
     so.add_argument("--records", nargs="+", required=True, help="records: .db, .jsonl or .jsonl.xz "
                     "(held-out tasks' records are ignored)")
     so.add_argument("--out", required=True, help="a model directory or a .jsonl.xz file")
-    so.add_argument("--onto", help="start from this library (a model directory or a sources .jsonl.xz) "
+    so.add_argument("--onto", help="start from this library (tlm, a model directory or a sources .jsonl.xz) "
                     "and keep the faster program where it and the records both hold a task on a hardware")
     so.add_argument("--novel", type=nonneg_int, default=0, help="also the programs of this many tasks of "
                     "no workload (those `tlmir iterate --split novel` measures)")
