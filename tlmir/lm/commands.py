@@ -178,15 +178,14 @@ def cmd_train_sources(args) -> None:
     train = {t.key: t for t in split_tasks("train") + novel_split(args.novel, args.novel_seed)}
     lib = SourceLibrary.from_records(read_records(args.records), train)
     if args.onto:  # a library updated with new searches, without the records it was built from
-        base = args.onto
-        if not os.path.isfile(base):
-            try:
-                base = os.path.join(model_dir(args.onto), SOURCES_FILE)
-            except ModelError:
-                base = ""
-        if not os.path.isfile(base):
+        try:
+            onto = (SourceLibrary.load(args.onto) if os.path.isfile(args.onto)
+                    else SourceLibrary.of_model(model_dir(args.onto)))
+        except ModelError:
+            onto = None
+        if onto is None:
             raise RecordError(f"train sources --onto {args.onto}: no transfer sources there")
-        lib = SourceLibrary.load(base).merge(lib)
+        lib = onto.merge(lib)
     out = os.path.join(args.out, SOURCES_FILE) if os.path.isdir(args.out) else args.out
     lib.save(out)
     tasks = {s.task_key for group in lib.by_type.values() for s in group}
