@@ -22,6 +22,10 @@ own from other hosts, and `tlmir train sources` keeps the fastest here.
 library keeps the fastest program of every training task, and the tasks never iterated
 have only programs borrowed or measured on other hosts.
 
+`--search-param sketch_filter=packconv` draws the population from the packed-weights
+sketches only, and leaves out the tasks that have none: the library then holds the
+fastest packed program where it beats the one kept before.
+
 Tasks run smallest first (with --interleave, the categories take turns), each to --trials measurements; a rerun resumes from the
 database. With --archive the database is exported after every task (kept in the repository).
 """
@@ -83,6 +87,8 @@ def main() -> None:
     tasks = sorted((t for t in pool if pattern.search(t.name) and lo <= t.flops / 1e9 <= hi
                     and t.key not in searched),
                    key=lambda t: (t.flops, t.key))
+    if sp.sketch_filter:
+        tasks = [t for t in tasks if has_sketch(t, sp)]
     if a.interleave:
         from tlmir.evaluate import category
         queues: dict[str, list] = {}
@@ -97,6 +103,18 @@ def main() -> None:
                   f"{task.flops / res.best_seconds / 1e9:.1f} GFLOP/s", flush=True)
             if a.archive:
                 export_jsonl(db, a.archive)
+
+
+def has_sketch(task, sp) -> bool:
+    """Whether `sp.sketch_filter` matches a sketch of the task on this host (a search pointed
+    at packed-weights convolutions leaves out the tasks that have none)."""
+    from tlmir.errors import ScheduleError
+    from tlmir.schedule.space import SearchSpace
+    try:
+        SearchSpace(task.outputs, sp=sp)
+    except ScheduleError:
+        return False
+    return True
 
 
 def take_turns(queues: list[list]) -> list:

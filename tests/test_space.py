@@ -111,6 +111,25 @@ def test_bad_traces_are_rejected():
         Trace.from_json("{")
 
 
+
+def test_sketch_filter_draws_only_the_matching_sketches():
+    from tlmir.runtime.target import SearchParams
+    op = ops.conv2d_nchw(1, 16, 8, 8, 16, 3, 3, padding=1)
+    space = SearchSpace(op.outputs, HW2, SearchParams(sketch_filter="packconv"))
+    packed = {i for i, s in enumerate(space.sketches) if "packconv" in str(s)}
+    assert packed and len(packed) < len(space.sketches)
+    rng = random.Random(0)
+    drawn = [space.sample(rng)[1] for _ in range(40)]
+    assert {t.sketch for t in drawn} == packed
+    plain = SearchSpace(op.outputs, HW2)               # unfiltered: the same draws as before
+    a, b = random.Random(3), random.Random(3)
+    assert plain.sample(a)[1] == SearchSpace(op.outputs, HW2).sample(b)[1]
+    assert plain.drawn == list(range(len(plain.sketches)))
+    with pytest.raises(ScheduleError, match="sketch_filter 'nothing' matches none"):
+        SearchSpace(op.outputs, HW2, SearchParams(sketch_filter="nothing"))
+    with pytest.raises(ScheduleError, match="sketch_filter .* is not a regular expression"):
+        SearchParams(sketch_filter="(")
+
 def test_random_traces_of_workload_tasks_compile_and_match():
     from tlmir.workloads import split_tasks
     tasks = [t for t in split_tasks("held-out") if t.flops < 2e7][:6]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import dataclasses
 from dataclasses import asdict, dataclass
 
@@ -142,6 +143,9 @@ class SearchParams:
                                        # dealt round-robin over the sketches (each its own top-scored)
     sketch_drop_factor: float = 10.0   # ... a sketch whose best is this much slower than the best
     sketch_drop_after: int = 16        # after this many of its programs were measured loses that share
+    sketch_filter: str = ""            # random draws (a population's samples) only from the sketches
+                                       # whose description matches this regex ("packconv": the packed-
+                                       # weights convolutions; ""; every sketch). Mutation keeps a sketch
     pack_max_repeat: int = 1           # a pack may sit at a loop where it copies each element at most
                                        # this often (inside the loop over dense's i tiles: once per tile;
                                        # a second copy of dense's W cost 6-11%: docs/history.md)
@@ -220,6 +224,11 @@ class SearchParams:
                                 f"got {self.tlm_transfer_deviation!r}")
         if self.lowering_workers < 0:
             raise ScheduleError(f"SearchParams.lowering_workers must be >= 0, got {self.lowering_workers!r}")
+        try:
+            re.compile(self.sketch_filter)
+        except re.error as e:
+            raise ScheduleError(f"SearchParams.sketch_filter {self.sketch_filter!r} is not a regular "
+                                f"expression: {e}") from None
         if self.pack_max_repeat < 1:
             raise ScheduleError(f"SearchParams.pack_max_repeat must be >= 1, got {self.pack_max_repeat!r}")
         if not 0.0 <= self.sketch_share <= 1.0 or self.sketch_drop_factor < 1.0 or self.sketch_drop_after < 0:

@@ -6,6 +6,7 @@ answers into schedules. Sampling, replay, mutation and LM generation all go thro
 from __future__ import annotations
 
 import random
+import re
 
 from ..errors import ScheduleError
 from ..runtime.target import HardwareParams, SearchParams
@@ -26,6 +27,19 @@ class SearchSpace:
         self.sp = sp or SearchParams()
         self.rules = rule_set(self.hw.kind)
         self.sketches = self.rules.sketches(self.outputs, self.hw, self.sp)
+        self.drawn = self._drawn_sketches()
+
+    def _drawn_sketches(self) -> list[int]:
+        """The sketches random draws come from: those SearchParams.sketch_filter matches, so a
+        search can be pointed at a sketch it would rarely keep (packed-weights convolutions)."""
+        if not self.sp.sketch_filter:
+            return list(range(len(self.sketches)))
+        pattern = re.compile(self.sp.sketch_filter)
+        drawn = [i for i, s in enumerate(self.sketches) if pattern.search(str(s))]
+        if not drawn:
+            raise ScheduleError(f"sketch_filter {self.sp.sketch_filter!r} matches none of the "
+                                f"{len(self.sketches)} sketches ({'; '.join(map(str, self.sketches))})")
+        return drawn
 
     def apply(self, sketch_id: int, ask: Decider) -> tuple[Schedule, Trace]:
         if not 0 <= sketch_id < len(self.sketches):
@@ -34,7 +48,7 @@ class SearchSpace:
         return sch, Trace(sketch_id, list(ask.decisions))
 
     def sample(self, rng: random.Random) -> tuple[Schedule, Trace]:
-        return self.apply(rng.randrange(len(self.sketches)), RandomDecider(rng))
+        return self.apply(self.drawn[rng.randrange(len(self.drawn))], RandomDecider(rng))
 
     def replay(self, trace: Trace) -> Schedule:
         return self.apply(trace.sketch, ReplayDecider(trace))[0]
