@@ -111,7 +111,6 @@ def test_bad_traces_are_rejected():
         Trace.from_json("{")
 
 
-
 def test_sketch_filter_draws_only_the_matching_sketches():
     from tlmir.runtime.target import SearchParams
     op = ops.conv2d_nchw(1, 16, 8, 8, 16, 3, 3, padding=1)
@@ -129,6 +128,7 @@ def test_sketch_filter_draws_only_the_matching_sketches():
         SearchSpace(op.outputs, HW2, SearchParams(sketch_filter="nothing"))
     with pytest.raises(ScheduleError, match="sketch_filter .* is not a regular expression"):
         SearchParams(sketch_filter="(")
+
 
 def test_random_traces_of_workload_tasks_compile_and_match():
     from tlmir.workloads import split_tasks

@@ -145,7 +145,7 @@ class SearchParams:
     sketch_drop_after: int = 16        # after this many of its programs were measured loses that share
     sketch_filter: str = ""            # random draws (a population's samples) only from the sketches
                                        # whose description matches this regex ("packconv": the packed-
-                                       # weights convolutions; ""; every sketch). Mutation keeps a sketch
+                                       # weights convolutions; "": every sketch). Mutation keeps a sketch
     pack_max_repeat: int = 1           # a pack may sit at a loop where it copies each element at most
                                        # this often (inside the loop over dense's i tiles: once per tile;
                                        # a second copy of dense's W cost 6-11%: docs/history.md)
